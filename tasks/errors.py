@@ -1,0 +1,43 @@
+"""One error hierarchy. The CLI prints any ``ZarrmillError`` as one line (exit 2 for bad input,
+1 for a failed run); everything else is a bug and keeps its traceback under ``--debug``."""
+from __future__ import annotations
+
+
+class ZarrmillError(Exception):
+    """Base class of every error zarrmill raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ZarrmillError, ValueError):
+    """A workflow file, a parameter or a command-line option is wrong."""
+
+    exit_code = 2
+
+
+class InputError(ZarrmillError, ValueError):
+    """An input file or store is missing, unreadable or inconsistent."""
+
+    exit_code = 2
+
+
+class InputNotFoundError(InputError, FileNotFoundError):
+    """An input path does not exist."""
+
+
+class OutputExistsError(ZarrmillError, FileExistsError):
+    """The output exists and was written with other parameters (or by another tool)."""
+
+    exit_code = 2
+
+
+class StepFailedError(ZarrmillError, RuntimeError):
+    """Some units of a step failed; the message summarises them."""
+
+
+class ExecutorError(ZarrmillError, RuntimeError):
+    """The cluster could not be started or lost all its workers."""
+
+
+class UnitError(ZarrmillError, RuntimeError):
+    """Raised on a worker to describe a failed unit in one line."""

@@ -1,0 +1,1 @@
+"""Store helpers shared by the tasks: atomic writes, zarr array creation, NGFF metadata."""

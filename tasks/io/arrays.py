@@ -1,0 +1,125 @@
+"""Create and open output arrays the same way in every task: zarr v3 (optionally sharded) or v2,
+Blosc codecs that stock zarr-python, ome-zarr-py and napari read, and resume-safe creation."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import zarr
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import OutputExistsError
+from ..runtime.contract import PlanContext
+
+Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
+
+
+class Codec(BaseModel):
+    """Blosc settings for zarr outputs (lossless; read by stock zarr readers)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cname: Literal["zstd", "lz4", "lz4hc", "blosclz", "zlib"] = Field("zstd", description="Blosc compressor")
+    clevel: int = Field(5, ge=0, le=9, description="compression level")
+    shuffle: Shuffle = Field("shuffle", description="byte shuffle (bitshuffle helps low-entropy uint8/uint16)")
+
+    def for_format(self, zarr_format: int) -> Any:
+        if zarr_format == 3:
+            return zarr.codecs.BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle)
+        from numcodecs import Blosc
+
+        mode = {"shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE, "noshuffle": Blosc.NOSHUFFLE}
+        return Blosc(cname=self.cname, clevel=self.clevel, shuffle=mode[self.shuffle])
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None = None
+    codec: Codec = field(default_factory=Codec)
+    zarr_format: int = 3
+    dimension_names: tuple[str, ...] | None = None
+
+    @property
+    def write_block(self) -> tuple[int, ...]:
+        """The unit of writing: a whole shard where there are shards, else a chunk."""
+        return self.shards or self.chunks
+
+
+def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: PlanContext) -> zarr.Array:
+    """Open the array if a resumed run created it identically; else create it.
+
+    An existing array is only replaced with ``--overwrite``; a fresh run never silently reuses one."""
+    path = Path(root) / name
+    if _exists(path):
+        existing = zarr.open_array(str(path), mode="r")
+        if ctx.resume and _matches(existing, spec):
+            return zarr.open_array(str(path), mode="r+")
+        if not ctx.overwrite:
+            raise OutputExistsError(
+                f"{path}: an array already exists here (not from this step's ledger); rerun with "
+                f"--overwrite to replace it, or choose another output")
+    kwargs: dict[str, Any] = dict(
+        shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,
+        compressors=spec.codec.for_format(spec.zarr_format), fill_value=0, overwrite=True,
+    )
+    if spec.zarr_format == 3:
+        kwargs["shards"] = spec.shards
+        kwargs["dimension_names"] = spec.dimension_names
+    else:
+        kwargs["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
+    return zarr.create_array(str(path), **kwargs)
+
+
+def _exists(path: Path) -> bool:
+    return (path / "zarr.json").exists() or (path / ".zarray").exists()
+
+
+def _matches(arr: zarr.Array, spec: ArraySpec) -> bool:
+    shards = getattr(arr, "shards", None)
+    return (tuple(arr.shape) == tuple(spec.shape) and np.dtype(arr.dtype) == np.dtype(spec.dtype)
+            and tuple(arr.chunks) == tuple(spec.chunks)
+            and (tuple(shards) if shards else None) == (tuple(spec.shards) if spec.shards else None))
+
+
+def ensure_group(path: Path, zarr_format: int) -> zarr.Group:
+    return zarr.open_group(str(path), mode="a", zarr_format=zarr_format)
+
+
+def block_regions(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
+    """Every block-aligned region of ``shape`` as ((start, stop), ...) per axis, C order."""
+    grids = [range(0, s, b) for s, b in zip(shape, block)]
+    regions = []
+    for index in np.ndindex(*[len(g) for g in grids]):
+        regions.append(tuple((grids[a][i], min(grids[a][i] + block[a], shape[a]))
+                             for a, i in enumerate(index)))
+    return regions
+
+
+def group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int,
+                  target_bytes: int) -> list[tuple[tuple[int, int], ...]]:
+    """Regions made of whole blocks, grown along the leading axes up to ~``target_bytes``, so a
+    unit is seconds of work (not one tiny chunk) yet never splits a block between two units."""
+    grown = list(block)
+    for axis in range(len(shape)):
+        block_bytes = math.prod(min(g, s) for g, s in zip(grown, shape)) * itemsize
+        if block_bytes >= target_bytes:
+            break
+        factor = max(1, target_bytes // max(block_bytes, 1))
+        n_blocks = math.ceil(shape[axis] / block[axis])
+        grown[axis] = block[axis] * min(n_blocks, int(factor))
+        if grown[axis] < shape[axis]:
+            break
+    return block_regions(shape, tuple(grown))
+
+
+def region_slices(region: Any) -> tuple[slice, ...]:
+    return tuple(slice(int(a), int(b)) for a, b in region)
+
+
+def region_nbytes(region: Any, itemsize: int) -> int:
+    return math.prod(int(b) - int(a) for a, b in region) * itemsize

@@ -1,0 +1,38 @@
+"""Atomic file writes: write ``<path>.<uuid>.partial`` then rename, so a reader (or a rerun after a
+crash) sees either the old file or the new one, never half of one."""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, fixed indent) so reruns write identical bytes."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_bytes(path, canonical_json(obj).encode())
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    with open(path, "rb") as fh:
+        return json.load(fh)

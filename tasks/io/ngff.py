@@ -1,0 +1,124 @@
+"""Read and write OME-NGFF image metadata (0.4 on zarr v2, 0.5 on zarr v3).
+
+Writing goes through ome-zarr-py's ``write_multiscales_metadata`` with explicit datasets (its
+``write_image`` drops coordinate transformations in 0.18)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zarr
+
+from ..errors import InputError, InputNotFoundError
+from .atomic import read_json
+
+NGFF_FORMATS = {"0.4": 2, "0.5": 3}
+
+
+@dataclass
+class Level:
+    path: str
+    scale: list[float]
+    translation: list[float] | None
+
+
+@dataclass
+class ImageMeta:
+    path: Path
+    version: str
+    axes: list[dict[str, Any]]
+    levels: list[Level]
+    attrs: dict[str, Any]  # the whole NGFF attribute dict (multiscales, omero, ...)
+
+    @property
+    def zarr_format(self) -> int:
+        return NGFF_FORMATS.get(self.version, 3)
+
+    @property
+    def axis_names(self) -> list[str]:
+        return [a["name"] for a in self.axes]
+
+
+AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
+AXIS_UNITS = {"time": "second", "space": "micrometer"}
+
+
+def make_axes(names: str | list[str]) -> list[dict[str, Any]]:
+    """NGFF axes for names from 'tczyx', with units (micrometer, second)."""
+    axes = []
+    for name in names:
+        kind = AXIS_TYPES[name]
+        axis = {"name": name, "type": kind}
+        if kind in AXIS_UNITS:
+            axis["unit"] = AXIS_UNITS[kind]
+        axes.append(axis)
+    return axes
+
+
+def read_attrs(path: Path) -> tuple[dict[str, Any], int]:
+    """(NGFF attributes, zarr format) of a group; for 0.5 the ``ome`` object, for 0.4 ``.zattrs``."""
+    path = Path(path)
+    if (path / "zarr.json").exists():
+        meta = read_json(path / "zarr.json")
+        attrs = meta.get("attributes", {})
+        return (attrs["ome"] if "ome" in attrs else attrs), 3
+    if (path / ".zattrs").exists() or (path / ".zgroup").exists():
+        return (read_json(path / ".zattrs") if (path / ".zattrs").exists() else {}), 2
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: does not exist")
+    raise InputError(f"{path}: not a zarr group (no zarr.json or .zgroup)")
+
+
+def read_image(path: Path) -> ImageMeta:
+    attrs, zarr_format = read_attrs(path)
+    multiscales = attrs.get("multiscales")
+    if not multiscales:
+        raise InputError(f"{path}: not an OME-Zarr image (no multiscales metadata)")
+    ms = multiscales[0]
+    version = attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4")
+    axes = [a if isinstance(a, dict) else {"name": a} for a in ms.get("axes", [])]
+    levels = []
+    for ds in ms["datasets"]:
+        scale, translation = _transforms(ms, ds, len(axes))
+        levels.append(Level(ds["path"], scale, translation))
+    return ImageMeta(Path(path), str(version), axes, levels, attrs)
+
+
+def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int) -> tuple[list[float], list[float] | None]:
+    scale, translation = [1.0] * ndim, None
+    for ct in ds.get("coordinateTransformations", []):
+        if ct["type"] == "scale":
+            scale = [float(v) for v in ct["scale"]]
+        elif ct["type"] == "translation":
+            translation = [float(v) for v in ct["translation"]]
+    for ct in ms.get("coordinateTransformations", []):  # multiscale-level transforms compose
+        if ct["type"] == "scale":
+            scale = [a * float(b) for a, b in zip(scale, ct["scale"])]
+    return scale, translation
+
+
+def level_datasets(levels: list[Level]) -> list[dict[str, Any]]:
+    out = []
+    for lv in levels:
+        cts: list[dict[str, Any]] = [{"type": "scale", "scale": [float(v) for v in lv.scale]}]
+        if lv.translation is not None and any(lv.translation):
+            cts.append({"type": "translation", "translation": [float(v) for v in lv.translation]})
+        out.append({"path": lv.path, "coordinateTransformations": cts})
+    return out
+
+
+def ome_format(version: str) -> Any:
+    from ome_zarr.format import FormatV04, FormatV05
+
+    return {"0.4": FormatV04, "0.5": FormatV05}[version]()
+
+
+def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], levels: list[Level],
+                         name: str | None = None, extra: dict[str, Any] | None = None) -> None:
+    """Write multiscales (+ e.g. omero) on the image group; ome-zarr-py builds the JSON."""
+    from ome_zarr.writer import write_multiscales_metadata
+
+    group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    write_multiscales_metadata(group, level_datasets(levels), fmt=ome_format(version), axes=axes,
+                               name=name, **(extra or {}))

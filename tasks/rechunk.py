@@ -1,0 +1,112 @@
+"""Copy a zarr array or a whole OME-Zarr image (every pyramid level) into new chunks, shards or codec.
+
+One unit per group of whole output shards (or chunks), so no two units write the same shard. The
+image metadata (multiscales, omero, translations) is copied in ``finish``, after every array is
+complete: an interrupted rechunk is never a valid-looking image."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import zarr
+from pydantic import Field, model_validator
+
+from .errors import ConfigError, InputError
+from .io.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_nbytes,
+                        region_slices)
+from .io.ngff import NGFF_FORMATS, ImageMeta, read_attrs, read_image, write_image_metadata
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+UNIT_MB = 64
+
+
+class Params(TaskParams):
+    input: str = Field(description="zarr array, or OME-Zarr image group (all levels are copied)")
+    output: str = Field(description="where to write; must not exist unless --overwrite")
+    chunks: list[int] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
+    shards: list[int] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
+    codec: Codec = Field(default_factory=Codec)
+    unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
+    ngff_version: Literal["0.4", "0.5"] | None = Field(None, description="output NGFF version (default: the input's)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        if self.shards is not None:
+            if self.chunks is None or len(self.chunks) != len(self.shards):
+                raise ValueError("shards need chunks of the same length")
+            if any(s % c for s, c in zip(self.shards, self.chunks)):
+                raise ValueError(f"shards {self.shards} must be whole multiples of chunks {self.chunks}")
+            if self.ngff_version == "0.4":
+                raise ValueError("shards need zarr v3 (ngff_version 0.5)")
+        return self
+
+
+def _sources(p: Params) -> tuple[ImageMeta | None, list[str]]:
+    """(image metadata or None for a plain array, array paths relative to input)."""
+    attrs, _ = read_attrs(Path(p.input))  # raises a clear error if missing / not zarr
+    if "multiscales" in attrs:
+        meta = read_image(Path(p.input))
+        return meta, [lv.path for lv in meta.levels]
+    if (Path(p.input) / "zarr.json").exists() or (Path(p.input) / ".zarray").exists():
+        arr = zarr.open(str(p.input), mode="r")
+        if isinstance(arr, zarr.Array):
+            return None, [""]
+    raise InputError(f"{p.input}: neither a zarr array nor an OME-Zarr image")
+
+
+def _level_spec(p: Params, src: zarr.Array, zarr_format: int) -> ArraySpec:
+    ndim = src.ndim
+    for name, value in (("chunks", p.chunks), ("shards", p.shards)):
+        if value is not None and len(value) != ndim:
+            raise ConfigError(f"{name} {value} has {len(value)} entries but {p.input} has {ndim} axes")
+    chunks = tuple(min(c, s) for c, s in zip(p.chunks or src.chunks, src.shape))
+    shards = None
+    if p.shards is not None and zarr_format == 3:
+        # clip to the level, rounded up to whole chunks
+        shards = tuple(min(sh, -(-s // c) * c) for sh, s, c in zip(p.shards, src.shape, chunks))
+    names = getattr(src.metadata, "dimension_names", None)
+    return ArraySpec(tuple(src.shape), str(src.dtype), chunks, shards, p.codec, zarr_format,
+                     tuple(names) if names else None)
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    meta, paths = _sources(p)
+    version = p.ngff_version or (meta.version if meta else None)
+    zarr_format = NGFF_FORMATS[version] if version else zarr.open_array(str(p.input), mode="r").metadata.zarr_format
+    if meta is not None:
+        ensure_group(Path(p.output), zarr_format)
+    units: list[Unit] = []
+    for path in paths:
+        src = zarr.open_array(str(Path(p.input) / path), mode="r")
+        spec = _level_spec(p, src, zarr_format)
+        if path:
+            ensure_array(Path(p.output), path, spec, ctx)
+        else:
+            ensure_array(Path(p.output).parent, Path(p.output).name, spec, ctx)
+        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
+            units.append({"id": f"{path or 'array'}:{i}", "path": path, "region": [list(r) for r in reg]})
+    return units
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    sl = region_slices(unit["region"])
+    src = zarr.open_array(str(Path(p.input) / unit["path"]), mode="r")
+    dst = zarr.open_array(str(Path(p.output) / unit["path"]), mode="r+")
+    data = np.asarray(src[sl])
+    dst[sl] = data
+    return region_nbytes(unit["region"], data.dtype.itemsize)
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    meta, _ = _sources(p)
+    if meta is None:
+        return
+    version = p.ngff_version or meta.version
+    extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
+    ms = meta.attrs["multiscales"][0]
+    write_image_metadata(Path(p.output), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
+
+
+def describe_unit(unit: Unit) -> str:
+    return f"{unit['path'] or 'array'} region " + " ".join(f"{a}:{b}" for a, b in unit["region"])

@@ -1,0 +1,1 @@
+"""The small runtime that composes tasks: registry, workflow files, engine, ledger, executors, CLI."""

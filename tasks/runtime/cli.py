@@ -1,0 +1,104 @@
+"""``zarrmill`` command line. Errors are one line (exit 2: bad input, 1: failed run); ``--debug``
+shows tracebacks."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..errors import ZarrmillError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(name: str) -> Callable:
+    def register(fn: Callable[[argparse.Namespace], int]) -> Callable:
+        COMMANDS[name] = fn
+        return fn
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, locally or on SLURM.")
+    parser.add_argument("--version", action="version", version=f"zarrmill {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=help_)
+
+    p = add("run", "run a workflow file (resumes where an earlier run stopped)")
+    p.add_argument("workflow")
+    p.add_argument("--executor", choices=["local", "threads", "sync", "slurm", "address"])
+    _add_set(p)
+    p.add_argument("--dry-run", action="store_true", help="validate and list the steps, run nothing")
+    p.add_argument("--overwrite", action="store_true", help="replace outputs written with other parameters")
+    p.add_argument("--step", action="append", help="run only this step (repeatable)")
+
+    p = add("task", "run one task locally, parameters from --set and/or --params FILE")
+    p.add_argument("name")
+    p.add_argument("--params", help="YAML or JSON file with the task's parameters")
+    _add_set(p)
+    p.add_argument("--executor", default="local", choices=["local", "threads", "sync", "slurm", "address"])
+    p.add_argument("--overwrite", action="store_true")
+
+    p = add("tasks", "list tasks, or show one task's parameters")
+    p.add_argument("name", nargs="?")
+
+    p = add("validate", "check a workflow file without running it")
+    p.add_argument("workflow")
+    _add_set(p)
+
+    add("schema", "print the JSON Schema of workflow files (for editor autocompletion)")
+
+    p = add("status", "show the ledger of an output: units done per step")
+    p.add_argument("output")
+
+    p = add("submit", "run a workflow's driver as an sbatch job (so you can log out)")
+    p.add_argument("workflow")
+    _add_set(p)
+    p.add_argument("--time", default="24:00:00", help="driver walltime")
+    p.add_argument("--mem", default="4G", help="driver memory")
+    p.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch option (repeatable)")
+    p.add_argument("--log-dir", default="zarrmill-logs", help="where the driver log goes")
+    p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
+    p.add_argument("--overwrite", action="store_true")
+    return parser
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a value (workflow: executor.kind=slurm, steps.S.params.X=..; task: X=..)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import commands  # noqa: F401 - registers the command functions
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.debug:
+        for name in ("distributed", "dask_jobqueue"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        return COMMANDS[args.command](args)
+    except ZarrmillError as err:
+        if args.debug:
+            raise
+        print(f"zarrmill: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

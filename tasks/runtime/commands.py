@@ -1,0 +1,102 @@
+"""What each ``zarrmill`` command does (the parser lives in cli.py)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+from ..errors import ConfigError
+from .cli import command, print_json
+from .ledger import list_steps
+from .registry import get_task, task_names
+from .runner import run_workflow
+from .schema import task_params_help, workflow_schema
+from .submit import submit_workflow
+from .workflow import Workflow, apply_set, build_workflow, load_workflow
+from .yamlpos import Located, load_located
+
+
+def _with_executor(sets: list[str], executor: str | None) -> list[str]:
+    return list(sets) + ([f"executor.kind={executor}"] if executor else [])
+
+
+@command("run")
+def cmd_run(args: argparse.Namespace) -> int:
+    wf = load_workflow(args.workflow, _with_executor(args.set, args.executor))
+    run_workflow(wf, overwrite=args.overwrite, dry_run=args.dry_run, only=args.step)
+    return 0
+
+
+@command("validate")
+def cmd_validate(args: argparse.Namespace) -> int:
+    wf = load_workflow(args.workflow, args.set)
+    print(f"{args.workflow}: ok, {len(wf.steps)} steps: "
+          + ", ".join(f"{s.name} ({s.task})" for s in wf.steps))
+    return 0
+
+
+@command("task")
+def cmd_task(args: argparse.Namespace) -> int:
+    get_task(args.name)  # unknown task -> clear error before reading anything
+    if args.params:
+        doc = load_located(Path(args.params))
+        if not isinstance(doc.data, dict):
+            raise ConfigError(f"{args.params}: expected a mapping of parameter names to values")
+    else:
+        doc = Located({}, "--set", {})
+    params = dict(doc.data)
+    for item in args.set:
+        apply_set(params, item)
+    located = Located({"name": args.name, "executor": {"kind": args.executor},
+                       "steps": {args.name: {"task": args.name, "params": params}}},
+                      doc.source, {("steps", args.name, "params") + k: v for k, v in doc.positions.items()})
+    wf: Workflow = build_workflow(located)
+    run_workflow(wf, overwrite=args.overwrite)
+    return 0
+
+
+@command("tasks")
+def cmd_tasks(args: argparse.Namespace) -> int:
+    if args.name:
+        print(task_params_help(get_task(args.name)))
+        return 0
+    for name in task_names():
+        print(f"{name:16s} {get_task(name).summary}")
+    return 0
+
+
+@command("schema")
+def cmd_schema(args: argparse.Namespace) -> int:
+    print_json(workflow_schema())
+    return 0
+
+
+@command("status")
+def cmd_status(args: argparse.Namespace) -> int:
+    steps = list_steps(Path(args.output))
+    if not steps:
+        print(f"{args.output}: no zarrmill ledger here", file=sys.stderr)
+        return 1
+    print(f"{'step':20s} {'task':12s} {'state':8s} {'done/total':>14s}  params")
+    for name, rec, done in steps:
+        state = rec.state if rec.state == "done" else ("partial" if done else rec.state)
+        shown = min(done, rec.n_units) if rec.state != "done" else rec.n_units
+        print(f"{name:20s} {rec.task:12s} {state:8s} {shown:>6d}/{rec.n_units:<7d}  {rec.params_hash}")
+    return 0
+
+
+@command("submit")
+def cmd_submit(args: argparse.Namespace) -> int:
+    load_workflow(args.workflow, args.set)  # validate before anything is queued
+    job_id, script, log = submit_workflow(Path(args.workflow), args.set, args.time, args.mem,
+                                          args.sbatch_arg, Path(args.log_dir), args.print_only,
+                                          args.overwrite)
+    if args.print_only:
+        print(script)
+    else:
+        print(f"submitted driver job {job_id}; log: {log}")
+        print(f"follow it with: squeue -j {job_id}; tail -f {log}")
+    return 0
+
+

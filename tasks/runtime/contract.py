@@ -1,0 +1,100 @@
+"""The task contract.
+
+A task is a module with:
+
+- ``Params``: a :class:`TaskParams` subclass (pydantic, ``extra="forbid"``, typed, bounded, described);
+- ``plan(params, ctx) -> list[dict]``: on the driver, cheap. Reads input metadata, validates it,
+  creates the output skeleton, returns JSON-able units, each with a unique string ``"id"``;
+- ``run_unit(params, unit) -> int | None``: on a worker. Reads a region and writes whole output
+  chunks/shards that no other unit writes; idempotent. Returns the bytes it wrote (for MB/s);
+- optional ``finish(params, ctx)``: on the driver, after every unit is done (final metadata);
+- optional ``describe_unit(unit) -> str``: a short human description for error messages;
+- optional ``VERSION: int``: bump when the output of the same parameters changes, so old ledgers
+  are not trusted.
+
+The module docstring is the task's user documentation (``zarrmill tasks NAME``).
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+Unit = dict[str, Any]
+
+
+class TaskParams(BaseModel):
+    """Base of every task's parameters: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def input_paths(self) -> list[Path]:
+        """Paths that must exist before the step runs (unless an earlier step writes them)."""
+        value = getattr(self, "input", None)
+        if value is None:
+            return []
+        return [Path(v) for v in value] if isinstance(value, list) else [Path(value)]
+
+    def output_path(self) -> Path | None:
+        """Where the step writes; its ledger lives there too."""
+        value = getattr(self, "output", None)
+        return Path(value) if value is not None else None
+
+    def ledger_root(self) -> Path:
+        """The store the ledger is kept in; tasks that add to their input override this."""
+        out = self.output_path()
+        if out is None:
+            raise NotImplementedError(f"{type(self).__name__} has no output; override ledger_root()")
+        return out
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What the engine tells ``plan``/``finish``.
+
+    resume: the ledger already holds this step with the same parameters, so existing output arrays
+    must be kept (open, never recreate). overwrite: the user asked to replace an existing output.
+    """
+
+    step: str
+    resume: bool = False
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    params_model: type[TaskParams]
+    plan: Callable[[TaskParams, PlanContext], list[Unit]]
+    run_unit: Callable[[TaskParams, Unit], int | None]
+    finish: Callable[[TaskParams, PlanContext], None] | None
+    describe_unit: Callable[[Unit], str]
+    version: int
+    doc: str
+
+    @classmethod
+    def from_module(cls, name: str, module: types.ModuleType) -> "Task":
+        missing = [a for a in ("Params", "plan", "run_unit") if not hasattr(module, a)]
+        if missing:
+            raise TypeError(f"task module {module.__name__} lacks {', '.join(missing)}")
+        return cls(
+            name=name,
+            params_model=module.Params,
+            plan=module.plan,
+            run_unit=module.run_unit,
+            finish=getattr(module, "finish", None),
+            describe_unit=getattr(module, "describe_unit", _default_describe),
+            version=int(getattr(module, "VERSION", 1)),
+            doc=(module.__doc__ or "").strip(),
+        )
+
+    @property
+    def summary(self) -> str:
+        return self.doc.splitlines()[0] if self.doc else ""
+
+
+def _default_describe(unit: Unit) -> str:
+    return ", ".join(f"{k}={v}" for k, v in unit.items() if k != "id")

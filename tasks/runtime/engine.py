@@ -1,0 +1,201 @@
+"""The engine: run one step of any task on any dask ``Client`` (or inline, for ``sync``).
+
+plan on the driver -> skip units the ledger has -> submit the rest (bounded in flight, retried)
+-> record each finished unit -> finish on the driver. A failed unit does not stop the others; the
+step fails at the end with a summary naming task, unit and the worker's error.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+from ..errors import StepFailedError, UnitError, ZarrmillError
+from .contract import PlanContext, Task, TaskParams, Unit
+from .ledger import Ledger, StepRecord, params_hash
+from .progress import Progress
+from .registry import get_task
+
+log = logging.getLogger("zarrmill")
+MAX_FAILURES_SHOWN = 5
+
+
+@dataclass
+class StepOptions:
+    overwrite: bool = False
+    retries: int = 1
+    max_in_flight: int | None = None
+    quiet: bool = False
+
+
+@dataclass
+class StepReport:
+    step: str
+    task: str
+    n_units: int
+    skipped: int
+    ran: int
+    seconds: float
+    bytes: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+@lru_cache(maxsize=32)
+def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
+    return get_task(task_name).params_model.model_validate_json(params_json)
+
+
+def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
+    """What a worker runs: one unit. Errors come back as one line naming task, unit and region."""
+    task = get_task(task_name)
+    params = _params_on_worker(task_name, params_json)
+    try:
+        return int(task.run_unit(params, unit) or 0)
+    except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
+        where = task.describe_unit(unit)
+        raise UnitError(
+            f"task {task_name}, unit {unit['id']} ({where}): {type(err).__name__}: {err}"
+        ) from err
+
+
+def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any],
+             opts: StepOptions) -> StepReport:
+    """Run every not-yet-done unit of ``step`` on ``get_client()`` (called only if there is work;
+    it may return None to run the units inline on the driver)."""
+    t0 = time.monotonic()
+    p_json = params.model_dump(mode="json")
+    rec = StepRecord(task.name, p_json, params_hash(task.name, task.version, p_json))
+    ledger = Ledger(params.ledger_root(), step)
+    resume = ledger.check_params(rec, opts.overwrite)
+    old = ledger.record() if resume else None
+    if old is not None and old.state == "done":
+        _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
+        return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
+
+    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite)
+    units = task.plan(params, ctx)
+    _check_unique_ids(task.name, units)
+    rec.n_units, rec.state = len(units), "running"
+    ledger.write_record(rec)
+    done = ledger.done_ids() if resume else set()
+    todo = [u for u in units if u["id"] not in done]
+    report = StepReport(step, task.name, len(units), len(units) - len(todo), 0, 0.0)
+    _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
+
+    client = get_client() if todo else None
+    if client is not None:
+        _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
+    progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
+    try:
+        runner = _run_inline if client is None else _run_on_client
+        for unit, nbytes, error in runner(task, params, todo, client, opts):
+            if error is None:
+                ledger.mark_done([unit["id"]])
+                report.ran += 1
+                report.bytes += nbytes
+            else:
+                report.failures.append(error)
+            progress.advance(nbytes, failed=error is not None)
+    finally:
+        progress.close()
+        ledger.close()
+    if report.failures:
+        raise StepFailedError(_failure_summary(step, report))
+    if task.finish is not None:
+        task.finish(params, ctx)
+    rec.state = "done"
+    ledger.write_record(rec)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
+                ) -> Iterator[tuple[Unit, int, str | None]]:
+    p_json = params.model_dump_json()
+    for unit in todo:
+        error = None
+        for attempt in range(opts.retries + 1):
+            try:
+                yield unit, execute_unit(task.name, p_json, unit), None
+                break
+            except UnitError as err:
+                error = str(err)
+                log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
+        else:
+            yield unit, 0, error
+
+
+def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
+                   ) -> Iterator[tuple[Unit, int, str | None]]:
+    from distributed import as_completed
+
+    p_json = params.model_dump_json()
+    limit = opts.max_in_flight or max(16, 4 * sum(client.nthreads().values()))
+    run_id = uuid.uuid4().hex[:8]
+    pending = iter(enumerate(todo))
+    by_key: dict[str, Unit] = {}
+
+    def submit_next(n: int) -> list[Any]:
+        futures = []
+        for i, unit in _take(pending, n):
+            key = f"{task.name}-{run_id}-{i}"
+            by_key[key] = unit
+            futures.append(client.submit(execute_unit, task.name, p_json, unit, key=key,
+                                         retries=opts.retries, pure=False))
+        return futures
+
+    ac = as_completed(submit_next(limit))
+    for fut in ac:
+        unit = by_key.pop(fut.key)
+        if fut.status == "finished":
+            yield unit, fut.result(), None
+        else:
+            yield unit, 0, _describe_future_error(task, unit, fut)
+        fut.release()
+        for new in submit_next(1):
+            ac.add(new)
+
+
+def _describe_future_error(task: Task, unit: Unit, fut: Any) -> str:
+    try:
+        exc = fut.exception()
+    except Exception as err:  # noqa: BLE001 - cancelled futures raise here
+        exc = err
+    if isinstance(exc, ZarrmillError):
+        return str(exc)
+    return f"task {task.name}, unit {unit['id']} ({task.describe_unit(unit)}): {type(exc).__name__}: {exc}"
+
+
+def _take(it: Iterator[Any], n: int) -> list[Any]:
+    out = []
+    for _ in range(n):
+        try:
+            out.append(next(it))
+        except StopIteration:
+            break
+    return out
+
+
+def _check_unique_ids(task_name: str, units: list[Unit]) -> None:
+    ids = [u["id"] for u in units]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError(f"task {task_name} planned duplicate unit ids (a bug in the task)")
+    json.dumps(units[:1])  # units must be JSON-able: fail on the driver, not on a worker
+
+
+def _failure_summary(step: str, report: StepReport) -> str:
+    shown = "; ".join(report.failures[:MAX_FAILURES_SHOWN])
+    more = len(report.failures) - MAX_FAILURES_SHOWN
+    extra = f"; and {more} more" if more > 0 else ""
+    return (f"step '{step}' ({report.task}): {len(report.failures)} of {report.n_units} units failed "
+            f"({report.ran} done this run; rerun to retry only the failed ones): {shown}{extra}")
+
+
+def _say(opts: StepOptions, msg: str) -> None:
+    if not opts.quiet:
+        print(msg, file=sys.stderr, flush=True)

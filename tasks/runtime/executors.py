@@ -1,0 +1,154 @@
+"""Executors only build dask Clients; the engine is the same on all of them.
+
+``Executor.client_for(resources)`` returns the client a step runs on (None for ``sync``: inline).
+On SLURM each distinct set of step resources gets its own SLURMCluster (a worker pool)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dask.config
+import psutil
+
+from ..errors import ExecutorError
+from .slurm import job_state, sanitize_job_name, tail_file
+from .spec import ExecutorSpec, Resources
+
+SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
+
+
+class Executor:
+    def __init__(self, spec: ExecutorSpec, name: str, run_dir: Path):
+        self.spec = spec
+        self.name = name
+        self.run_dir = run_dir
+        self._pools: dict[tuple, tuple[Any, Any]] = {}
+
+    def client_for(self, resources: Resources | None) -> Any:
+        kind = self.spec.kind
+        if kind == "sync":
+            return None
+        key = resources.key() if (kind == "slurm" and resources) else ()
+        if key not in self._pools:
+            self._pools[key] = self._start(resources)
+        return self._pools[key][1]
+
+    def _start(self, resources: Resources | None) -> tuple[Any, Any]:
+        from distributed import Client, LocalCluster
+
+        kind = self.spec.kind
+        if kind == "address":
+            if not self.spec.address:
+                raise ExecutorError("executor.kind is 'address' but executor.address is not set")
+            return None, Client(self.spec.address)
+        if kind == "slurm":
+            return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
+        workers = self.spec.workers or (1 if kind == "threads" else os.cpu_count() or 1)
+        threads = (os.cpu_count() or 1) if kind == "threads" else self.spec.threads_per_worker
+        memory = self.spec.memory_limit or int(psutil.virtual_memory().total * 0.8 / workers)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
+                               processes=kind == "local", dashboard_address=":0",
+                               silence_logs=logging.ERROR,
+                               local_directory=str(self.run_dir / "dask"))
+        return cluster, Client(cluster)
+
+    def dashboard_links(self) -> list[str]:
+        return [c.dashboard_link for _, c in self._pools.values() if c is not None]
+
+    def close(self) -> None:
+        for cluster, client in self._pools.values():
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        self._pools.clear()
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
+                         ) -> dict[str, Any]:
+    """Layering: dask-jobqueue's config (jobqueue.yaml, env) < workflow executor.slurm (already
+    containing --set overrides) < step resources. Our defaults only fill what none of them sets."""
+    kwargs: dict[str, Any] = {}
+    for key, value in SLURM_DEFAULTS.items():
+        if dask.config.get(f"jobqueue.slurm.{key}", None) is None:
+            kwargs[key] = value
+    kwargs.update(spec.slurm)
+    if resources is not None:
+        kwargs.update({k: v for k, v in resources.model_dump().items() if v is not None})
+    log_dir = Path(kwargs.get("log_directory") or dask.config.get("jobqueue.slurm.log-directory", None)
+                   or run_dir / "logs")
+    kwargs["log_directory"] = str(log_dir)
+    kwargs["job_name"] = sanitize_job_name(kwargs.get("job_name") or f"zm-{name}")
+    # A user's own tasks.py (or any module) in the submit folder must never shadow the package.
+    prologue = list(kwargs.get("job_script_prologue")
+                    or dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])
+    kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", f"cd {run_dir}"] + prologue
+    kwargs.setdefault("python", sys.executable)
+    kwargs.setdefault("local_directory", str(run_dir / "dask"))
+    return kwargs
+
+
+def start_slurm_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
+                     ) -> tuple[Any, Any]:
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    kwargs = slurm_cluster_kwargs(spec, name, run_dir, resources)
+    Path(kwargs["log_directory"]).mkdir(parents=True, exist_ok=True)
+    try:
+        cluster = SLURMCluster(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ExecutorError(f"executor.slurm: SLURMCluster rejected the settings: {err}") from err
+    client = Client(cluster)
+    if spec.adapt is not None:
+        cluster.adapt(minimum_jobs=spec.adapt.minimum_jobs, maximum_jobs=spec.adapt.maximum_jobs)
+        wanted = min(1, spec.adapt.minimum_jobs)
+    else:
+        cluster.scale(jobs=spec.jobs or 1)
+        wanted = 1
+    if wanted:
+        try:
+            wait_for_slurm_workers(cluster, client, spec.worker_start_timeout, Path(kwargs["log_directory"]))
+        except BaseException:
+            client.close()
+            cluster.close()
+            raise
+    return cluster, client
+
+
+def wait_for_slurm_workers(cluster: Any, client: Any, timeout: float, log_dir: Path) -> None:
+    """Wait for one worker; if the jobs die or the time runs out, say why (state + .err log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.scheduler_info(n_workers=-1)["workers"]:
+            return
+        jobs = _job_ids(cluster)
+        if jobs and all(job_state(j)[0] in {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                                             "OUT_OF_MEMORY", "BOOT_FAIL", "COMPLETED"} for j in jobs):
+            break
+        time.sleep(1.0)
+    raise ExecutorError(_worker_start_report(cluster, log_dir, timeout))
+
+
+def _job_ids(cluster: Any) -> list[str]:
+    return [str(job.job_id) for job in cluster.workers.values() if getattr(job, "job_id", None)]
+
+
+def _worker_start_report(cluster: Any, log_dir: Path, timeout: float) -> str:
+    parts = []
+    for job_id in _job_ids(cluster):
+        state, code = job_state(job_id)
+        err_files = sorted(log_dir.glob(f"*-{job_id}.err"))
+        err = tail_file(err_files[0]) if err_files else "(no .err log yet)"
+        parts.append(f"job {job_id} {state} exit {code or '?'}; {err_files[0] if err_files else log_dir}: {err}")
+    detail = "; ".join(parts) or "no job was submitted"
+    return f"no SLURM worker connected within {timeout:.0f}s: {detail}"

@@ -1,0 +1,143 @@
+"""The ledger: which units of a step are done, stored with the output.
+
+Layout: ``<root>/.zarrmill/steps/<step>/step.json`` (task, parameters and their hash, unit count,
+state) and ``done.log`` (one unit id per line, appended by the driver after a unit's writes
+finished). A crash can lose the last few lines; those units are simply redone (units are idempotent).
+A torn last line is ignored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import OutputExistsError
+from ..io.atomic import atomic_write_json, canonical_json, read_json
+
+LEDGER_DIR = ".zarrmill"
+FLUSH_EVERY_S = 1.0
+
+
+def params_hash(task: str, version: int, params: dict[str, Any]) -> str:
+    payload = canonical_json({"task": task, "version": version, "params": params})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def safe_step_name(step: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", step)
+
+
+@dataclass
+class StepRecord:
+    task: str
+    params: dict[str, Any]
+    params_hash: str
+    state: str = "planned"  # planned -> running -> done
+    n_units: int = 0
+    updated: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Ledger:
+    def __init__(self, root: Path, step: str):
+        self.root = Path(root)
+        self.step = step
+        self.dir = self.root / LEDGER_DIR / "steps" / safe_step_name(step)
+        self._log = None
+        self._last_flush = 0.0
+
+    # -- step record -------------------------------------------------------------------------
+    def record(self) -> StepRecord | None:
+        path = self.dir / "step.json"
+        if not path.exists():
+            return None
+        return StepRecord(**read_json(path))
+
+    def write_record(self, rec: StepRecord) -> None:
+        rec.updated = round(time.time(), 3)
+        atomic_write_json(self.dir / "step.json", rec.to_json())
+
+    def check_params(self, rec_new: StepRecord, overwrite: bool) -> bool:
+        """True if an earlier run of these exact parameters can be resumed.
+
+        Different parameters on an existing output are refused unless ``overwrite``."""
+        old = self.record()
+        if old is None:
+            return False
+        if old.params_hash == rec_new.params_hash:
+            return True
+        if not overwrite:
+            changed = _diff_keys(old.params, rec_new.params)
+            raise OutputExistsError(
+                f"{self.root}: step '{self.step}' was run here with other parameters "
+                f"({changed}); rerun with --overwrite to replace it, or choose another output"
+            )
+        self.reset()
+        return False
+
+    def reset(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- done units --------------------------------------------------------------------------
+    def done_ids(self) -> set[str]:
+        path = self.dir / "done.log"
+        if not path.exists():
+            return set()
+        with open(path, "rb") as fh:
+            data = fh.read()
+        lines = data.split(b"\n")
+        if not data.endswith(b"\n"):
+            lines = lines[:-1]  # torn last line from a crash
+        return {line.decode() for line in lines if line}
+
+    def mark_done(self, unit_ids: Iterable[str]) -> None:
+        if self._log is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.dir / "done.log", "ab")
+        self._log.write("".join(f"{uid}\n" for uid in unit_ids).encode())
+        now = time.monotonic()
+        if now - self._last_flush >= FLUSH_EVERY_S:
+            self.flush()
+            self._last_flush = now
+
+    def flush(self) -> None:
+        if self._log is not None:
+            self._log.flush()
+            os.fsync(self._log.fileno())
+
+    def close(self) -> None:
+        if self._log is not None:
+            self.flush()
+            self._log.close()
+            self._log = None
+
+
+def _diff_keys(old: dict[str, Any], new: dict[str, Any]) -> str:
+    keys = sorted(set(old) | set(new))
+    changed = [
+        f"{k}: {json.dumps(old.get(k))} -> {json.dumps(new.get(k))}"
+        for k in keys
+        if old.get(k) != new.get(k)
+    ]
+    return "; ".join(changed) or "task version changed"
+
+
+def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
+    """(step, record, units done) for every step recorded under ``root``."""
+    base = Path(root) / LEDGER_DIR / "steps"
+    out = []
+    if base.is_dir():
+        for d in sorted(p for p in base.iterdir() if p.is_dir()):
+            led = Ledger(root, d.name)
+            rec = led.record()
+            if rec is not None:
+                out.append((d.name, rec, len(led.done_ids())))
+    return out

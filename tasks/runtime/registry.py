@@ -1,0 +1,39 @@
+"""Find tasks through the ``zarrmill.tasks`` entry-point group, so a lab's own package can add
+tasks without touching this repository. The built-in ones are also listed here so a source tree
+that was not pip-installed still works."""
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from ..errors import ConfigError
+from .contract import Task
+
+ENTRY_POINT_GROUP = "zarrmill.tasks"
+BUILTIN = {
+    "generate": "tasks.generate",
+    "rechunk": "tasks.rechunk",
+}
+
+
+@lru_cache(maxsize=1)
+def task_modules() -> dict[str, str]:
+    """name -> module path, entry points winning over the built-in list."""
+    found = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found[ep.name] = ep.value
+    return dict(sorted(found.items()))
+
+
+def task_names() -> list[str]:
+    return list(task_modules())
+
+
+@lru_cache(maxsize=None)
+def get_task(name: str) -> Task:
+    modules = task_modules()
+    if name not in modules:
+        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(modules)}")
+    module = importlib.import_module(modules[name].split(":")[0])
+    return Task.from_module(name, module)

@@ -1,0 +1,83 @@
+"""The few SLURM commands zarrmill calls itself (dask-jobqueue does the rest): one helper that logs
+the command and raises with exit code, stdout and stderr, plus pure parsers of their output."""
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+from ..errors import ExecutorError
+
+log = logging.getLogger("zarrmill.slurm")
+
+
+class SlurmCommandError(ExecutorError):
+    pass
+
+
+def run_slurm(args: list[str], timeout: float = 60) -> str:
+    log.info("running: %s", " ".join(args))
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as err:
+        raise SlurmCommandError(f"{args[0]} not found: is SLURM installed and on PATH?") from err
+    except subprocess.TimeoutExpired as err:
+        raise SlurmCommandError(f"{' '.join(args)} timed out after {timeout:.0f}s") from err
+    if proc.returncode != 0:
+        raise SlurmCommandError(
+            f"{' '.join(args)} failed with exit code {proc.returncode}: "
+            f"{(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+def parse_sbatch_parsable(text: str) -> str:
+    """``sbatch --parsable`` prints ``jobid`` or ``jobid;cluster``."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    job_id = first.split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmCommandError(f"unexpected sbatch output: {text.strip()!r}")
+    return job_id
+
+
+def parse_sacct_states(text: str) -> dict[str, tuple[str, str]]:
+    """``sacct -c -P -n -o JobID,State,ExitCode`` -> {job id: (state, exit code)}; steps skipped."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[0] and "." not in parts[0]:
+            out[parts[0]] = (parts[1].split()[0] if parts[1] else "", parts[2])
+    return out
+
+
+def parse_scontrol_job(text: str) -> dict[str, str]:
+    """``scontrol show job ID`` -> its Key=Value pairs."""
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def job_state(job_id: str) -> tuple[str, str]:
+    """(state, exit code) of a job, from scontrol while SLURM remembers it, else ``sacct -c``."""
+    try:
+        info = parse_scontrol_job(run_slurm(["scontrol", "show", "job", job_id]))
+        return info.get("JobState", "UNKNOWN"), info.get("ExitCode", "")
+    except SlurmCommandError:
+        pass
+    try:
+        text = run_slurm(["sacct", "-c", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"])
+        return parse_sacct_states(text).get(job_id, ("UNKNOWN", ""))
+    except SlurmCommandError:
+        return "UNKNOWN", ""
+
+
+def tail_file(path: Path, lines: int = 5) -> str:
+    try:
+        content = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in content[-lines:])
+
+
+def sanitize_job_name(name: str, max_len: int = 40) -> str:
+    """SLURM job names: letters, digits, - _ . only (spaces and slashes break scripts and logs)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    return (cleaned or "zarrmill")[:max_len]

@@ -1,0 +1,64 @@
+"""The typed shape of a workflow file: executor block, per-step resources, steps."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Resources(Strict):
+    """What one worker of this step needs. On SLURM each distinct set is its own pool of jobs."""
+
+    cores: int | None = Field(None, ge=1, description="cores per worker job")
+    memory: str | None = Field(None, description="memory per worker job, e.g. '8GB'")
+    walltime: str | None = Field(None, description="SLURM walltime, e.g. '02:00:00'")
+    processes: int | None = Field(None, ge=1, description="dask worker processes per job")
+
+    def key(self) -> tuple:
+        return (self.cores, self.memory, self.walltime, self.processes)
+
+
+class Adapt(Strict):
+    minimum_jobs: int = Field(0, ge=0)
+    maximum_jobs: int = Field(4, ge=1)
+
+
+class ExecutorSpec(Strict):
+    """Where the units run. Only builds a dask Client; the engine is the same everywhere."""
+
+    kind: Literal["local", "threads", "sync", "slurm", "address"] = Field(
+        "local", description="local: LocalCluster (processes); threads: one process, many threads; "
+        "sync: inline on the driver (debugging); slurm: dask-jobqueue SLURMCluster; "
+        "address: an existing scheduler")
+    workers: int | None = Field(None, ge=1, description="local: worker processes (default: cores)")
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str | None = Field(None, description="local: per worker (default: RAM / workers)")
+    address: str | None = Field(None, description="address: scheduler address, e.g. tcp://host:8786")
+    jobs: int | None = Field(None, ge=1, description="slurm: fixed number of worker jobs per pool")
+    adapt: Adapt | None = Field(None, description="slurm: adaptive number of worker jobs")
+    slurm: dict[str, Any] = Field(default_factory=dict, description=(
+        "slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
+        "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
+        "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)"))
+    worker_start_timeout: float = Field(300.0, gt=0, description="seconds to wait for the first worker")
+    retries: int = Field(1, ge=0, description="times a failed unit is retried")
+    run_dir: str | None = Field(None, description="worker cwd and SLURM logs (default ./zarrmill-runs/<name>-<time>)")
+
+
+class StepSpec(Strict):
+    task: str = Field(description="task name (zarrmill tasks)")
+    params: dict[str, Any] = Field(default_factory=dict)
+    needs: list[str] = Field(default_factory=list, description="steps that must finish first")
+    resources: Resources | None = None
+
+
+class WorkflowSpec(Strict):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    vars: dict[str, Any] = Field(default_factory=dict)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    steps: dict[str, StepSpec] = Field(min_length=1)

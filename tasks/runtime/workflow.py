@@ -1,0 +1,196 @@
+"""Read a workflow file into validated steps, reporting every problem as file:line:col before any
+work starts: YAML syntax, unknown task or field, wrong types, unresolved ``${var}``, missing
+``needs`` targets, cycles, missing input paths."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import ConfigError, InputNotFoundError
+from .contract import TaskParams
+from .registry import get_task
+from .spec import Resources, WorkflowSpec, ExecutorSpec
+from .variables import resolve_vars, substitute
+from .yamlpos import Located, load_located, loads_located
+
+
+@dataclass
+class Step:
+    name: str
+    task: str
+    params: TaskParams
+    needs: list[str]
+    resources: Resources | None
+
+
+@dataclass
+class Workflow:
+    name: str
+    source: str
+    executor: ExecutorSpec
+    steps: list[Step]  # in dependency order
+
+    def step(self, name: str) -> Step:
+        return next(s for s in self.steps if s.name == name)
+
+
+def load_workflow(path: str | Path, sets: list[str] = (), check_inputs: bool = True) -> Workflow:
+    doc = load_located(Path(path))
+    return build_workflow(doc, sets, check_inputs)
+
+
+def loads_workflow(text: str, source: str = "<string>", sets: list[str] = (),
+                   check_inputs: bool = True) -> Workflow:
+    return build_workflow(loads_located(text, source), sets, check_inputs)
+
+
+def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True) -> Workflow:
+    if not isinstance(doc.data, dict):
+        raise ConfigError(f"{doc.source}:1:1: a workflow file must be a mapping with name and steps")
+    for item in sets:
+        apply_set(doc.data, item)
+    where = lambda loc: doc.where(loc)  # noqa: E731
+    scope = resolve_vars(_as_dict(doc.data.get("vars")), where)
+    body = {k: v for k, v in doc.data.items() if k != "vars"}
+    data = substitute(body, scope, where) | {"vars": scope}
+    spec = validate_model(WorkflowSpec, data, doc, ())
+    steps = {name: _build_step(name, s, doc) for name, s in spec.steps.items()}
+    order = _dependency_order(steps, doc)
+    ordered = [steps[n] for n in order]
+    if check_inputs:
+        _check_inputs(ordered, doc)
+    return Workflow(spec.name, doc.source, spec.executor, ordered)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _build_step(name: str, spec: Any, doc: Located) -> Step:
+    loc = ("steps", name)
+    try:
+        task = get_task(spec.task)
+    except ConfigError as err:
+        raise ConfigError(f"{doc.where(loc + ('task',))}: steps.{name}.task: {err}") from None
+    params = validate_model(task.params_model, spec.params, doc, loc + ("params",))
+    return Step(name, spec.task, params, list(spec.needs), spec.resources)
+
+
+def validate_model(model: type[BaseModel], data: Any, doc: Located, prefix: tuple) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, model, doc, prefix)) from None
+
+
+def format_validation_error(err: ValidationError, model: type[BaseModel], doc: Located,
+                            prefix: tuple) -> str:
+    """First problem as one line (file:line:col: field: what is wrong, what is allowed)."""
+    errors = err.errors()
+    first = errors[0]
+    loc = prefix + tuple(first["loc"])
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, first['loc']))}"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    extra = f" (+{len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"{doc.where(loc)}: {field}: {msg}{extra}"
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", {})
+        if part in fields:
+            current = _model_in(fields[part].annotation)
+        elif hasattr(current, "model_fields") and isinstance(part, str):
+            current = None
+        if current is None:
+            return ["see zarrmill schema"]
+    return list(getattr(current, "model_fields", {})) or ["see zarrmill schema"]
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside ``X``, ``X | None`` or ``dict[str, X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _dependency_order(steps: dict[str, Step], doc: Located) -> list[str]:
+    for step in steps.values():
+        for i, dep in enumerate(step.needs):
+            if dep not in steps:
+                raise ConfigError(f"{doc.where(('steps', step.name, 'needs', i))}: steps.{step.name}"
+                                  f".needs: no step named {dep!r}; steps: {', '.join(steps)}")
+    # Declaration order breaks ties, so runs are predictable.
+    sorter = TopologicalSorter({name: s.needs for name, s in steps.items()})
+    try:
+        sorter.prepare()
+    except CycleError as err:
+        cycle = " -> ".join(err.args[1])
+        first = err.args[1][0]
+        raise ConfigError(f"{doc.where(('steps', first, 'needs'))}: steps.{first}.needs: "
+                          f"dependency cycle {cycle}; remove one of these needs") from None
+    order: list[str] = []
+    rank = {name: i for i, name in enumerate(steps)}
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready(), key=rank.__getitem__)
+        order.extend(ready)
+        sorter.done(*ready)
+    return order
+
+
+def _ancestors(name: str, steps: dict[str, Step]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(steps[name].needs)
+    while stack:
+        dep = stack.pop()
+        if dep not in seen:
+            seen.add(dep)
+            stack.extend(steps[dep].needs)
+    return seen
+
+
+def _check_inputs(ordered: list[Step], doc: Located) -> None:
+    by_name = {s.name: s for s in ordered}
+    for step in ordered:
+        produced = [by_name[a].params.output_path() for a in _ancestors(step.name, by_name)]
+        produced = [p.resolve() for p in produced if p is not None]
+        for path in step.params.input_paths():
+            resolved = path.resolve()
+            if resolved.exists() or any(resolved == p or p in resolved.parents for p in produced):
+                continue
+            raise InputNotFoundError(
+                f"{doc.where(('steps', step.name, 'params', 'input'))}: steps.{step.name}.params."
+                f"input: {path} does not exist (and no earlier step in needs writes it)")
+
+
+def apply_set(data: dict[str, Any], item: str) -> None:
+    """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, booleans)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set executor.kind=slurm")
+    key, _, raw = item.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--set {item!r}: value is not valid YAML: {err}") from None
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[parts[-1]] = value
