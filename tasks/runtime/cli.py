@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(p)
     p.add_argument("--time", default="24:00:00", help="driver walltime")
     p.add_argument("--mem", default="4G", help="driver memory")
-    p.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch option (repeatable)")
+    p.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch option, e.g. --sbatch-arg=--account=lab (repeatable)")
     p.add_argument("--log-dir", default="zarrmill-logs", help="where the driver log goes")
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")
@@ -98,7 +98,3 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Shared fixtures: byte-level store digests, the CLI in-process, and a real single-node SLURM."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def tree_digest(root: Path, skip_ledger: bool = True) -> dict[str, str]:
+    """relative path -> sha256 of every file under root (the ledger dir excluded)."""
+    out = {}
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not (skip_ledger and ".zarrmill" in rel.parts):
+            out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``zarrmill ARGS`` in-process: returns (exit code, stdout, stderr)."""
+    from tasks.runtime.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def zarrmill_subprocess(*args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tasks", *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> str:
+    """A running single-node SLURM (started from deploy/slurm-local if needed); partition name.
+
+    Under CI=true a missing SLURM fails the run; on a laptop without root or SLURM it skips."""
+    def up() -> bool:
+        return shutil.which("sbatch") is not None and subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") > 0
+
+    if not up() and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = dict(os.environ, SLURM_LOCAL_CPUS=os.environ.get("SLURM_LOCAL_CPUS", "8"))
+        subprocess.run(["bash", str(REPO / "deploy/slurm-local/start-slurm.sh")], env=env,
+                       capture_output=True, text=True)
+    if not up():
+        if IN_CI:
+            pytest.fail("SLURM is not running; .ci/run must start it (deploy/slurm-local/start-slurm.sh)")
+        pytest.skip("no SLURM here (run deploy/slurm-local/start-slurm.sh as root)")
+    return os.environ.get("SLURM_LOCAL_PARTITION", "debug")
+
+
+def squeue_names() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%j %T"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]

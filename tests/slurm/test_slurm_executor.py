@@ -1,0 +1,124 @@
+"""The runtime on a real single-node SLURM through dask-jobqueue."""
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import squeue_names, tree_digest
+from helpers import generate_step, rechunk_step, write_workflow
+
+pytestmark = pytest.mark.slurm
+
+
+def slurm_executor(partition: str, tmp_path: Path, jobs: int = 2, **slurm) -> dict:
+    settings = {"queue": partition, "cores": 1, "memory": "1GB", "processes": 1,
+                "walltime": "00:10:00", "interface": "lo"}
+    settings.update(slurm)
+    return {"kind": "slurm", "jobs": jobs, "slurm": settings, "run_dir": str(tmp_path / "run"),
+            "worker_start_timeout": 90}
+
+
+class QueueWatcher(threading.Thread):
+    """Polls squeue while a workflow runs and remembers every job name it saw."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen: set[str] = set()
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.seen.update(squeue_names())
+            time.sleep(0.3)
+
+
+def test_slurm_run_matches_sync_bytes_and_ignores_local_tasks_py(cli, slurm, tmp_path, monkeypatch):
+    def steps(root):
+        return {"gen": generate_step(root / "src.zarr"),
+                "copy": rechunk_step(root / "src.zarr", root / "dst.zarr")}
+
+    assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(tmp_path / "sync")))[0] == 0
+    # A user's own tasks.py in the submit folder must never shadow the package on the workers.
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    (submit_dir / "tasks.py").write_text("raise SystemExit('the user tasks.py was imported')\n")
+    monkeypatch.chdir(submit_dir)
+    wf = write_workflow(tmp_path / "slurm.yaml", steps(tmp_path / "slurm"), name="slurm equal/bytes",
+                        executor=slurm_executor(slurm, tmp_path))
+    watcher = QueueWatcher()
+    watcher.start()
+    try:
+        code, _, err = cli("run", wf)
+    finally:
+        watcher.stop.set()
+        watcher.join()
+    assert code == 0, err
+    assert "zm-slurm-equal-bytes" in watcher.seen, watcher.seen
+    assert tree_digest(tmp_path / "slurm") == tree_digest(tmp_path / "sync")
+    assert "zm-slurm-equal-bytes" not in squeue_names(), "worker jobs must be cancelled at the end"
+
+
+def test_scancel_one_worker_mid_step_still_completes(cli, slurm, tmp_path):
+    out = tmp_path / "out" / "img.zarr"
+    ref = tmp_path / "ref" / "img.zarr"
+    big = dict(shape=(2, 32, 256, 256), chunks=(1, 8, 32, 32), unit_mb=0.02)
+    assert cli("run", write_workflow(tmp_path / "ref.yaml", {"gen": generate_step(ref, **big)}))[0] == 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(out, **big)}, name="scancel-me",
+                        executor=slurm_executor(slurm, tmp_path))
+    cancelled: list[str] = []
+
+    def cancel_one_when_busy():
+        log = out / ".zarrmill" / "steps" / "gen" / "done.log"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if log.exists() and log.read_bytes().count(b"\n") >= 10:
+                ids = subprocess.run(["squeue", "-h", "-n", "zm-scancel-me", "-o", "%i"],
+                                     capture_output=True, text=True).stdout.split()
+                if len(ids) >= 2:
+                    subprocess.run(["scancel", ids[0]], check=True)
+                    cancelled.append(ids[0])
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=cancel_one_when_busy, daemon=True)
+    killer.start()
+    code, _, err = cli("run", wf)
+    killer.join()
+    assert cancelled, "the test must really cancel a worker job mid-step"
+    assert code == 0, err
+    assert tree_digest(out.parent) == tree_digest(ref.parent)
+
+
+def test_worker_that_cannot_start_is_reported_with_state_and_log(cli, slurm, tmp_path):
+    executor = slurm_executor(slurm, tmp_path, jobs=1, python="/nonexistent/python")
+    executor["worker_start_timeout"] = 60
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor=executor, name="broken-python")
+    t0 = time.monotonic()
+    code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1
+    assert "no SLURM worker connected" in line and "FAILED" in line
+    assert "/nonexistent/python" in line, "the job's .err log must be quoted"
+    assert time.monotonic() - t0 < 50, "a dead job must be noticed before the timeout"
+
+
+def test_submit_runs_the_driver_as_a_batch_job(cli, slurm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor={"kind": "sync"}, name="submitted")
+    code, out, err = cli("submit", wf, "--time", "00:05:00", "--mem", "1G",
+                         f"--sbatch-arg=--partition={slurm}")
+    assert code == 0, err
+    job_id = out.split("driver job ")[1].split(";")[0]
+    log = Path(out.split("log: ")[1].splitlines()[0])
+    deadline = time.monotonic() + 120
+    while job_id in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                                   text=True).stdout.split() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert log.exists(), "driver log missing"
+    assert "[gen] done" in log.read_text(), log.read_text()
+    code, out, _ = cli("status", tmp_path / "a.zarr")
+    assert code == 0 and "done" in out

@@ -1,0 +1,60 @@
+"""The CLI as a user calls it."""
+import json
+
+import jsonschema
+import yaml
+
+from conftest import REPO, zarrmill_subprocess
+from helpers import generate_step, write_workflow
+
+
+def test_tasks_lists_and_shows_parameters(cli):
+    code, out, _ = cli("tasks")
+    assert code == 0 and "rechunk" in out and "generate" in out
+    code, out, _ = cli("tasks", "rechunk")
+    assert code == 0 and "shards" in out and "required" in out
+    code, _, err = cli("tasks", "nope")
+    assert code == 2 and "unknown task 'nope'" in err
+
+
+def test_schema_validates_the_shipped_workflows_and_rejects_bad_ones(cli):
+    code, out, _ = cli("schema")
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for wf in sorted((REPO / "workflows").glob("*.yaml")):
+        doc = yaml.safe_load(wf.read_text())
+        if "for_each" not in doc:
+            jsonschema.validate(doc, schema)
+    bad = yaml.safe_load((REPO / "workflows" / "demo.yaml").read_text())
+    bad["steps"]["rechunk"]["params"]["shardz"] = [1]
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors(bad)), "unknown parameter must fail the generated schema"
+
+
+def test_status_reports_done_and_missing(cli, tmp_path):
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")})
+    assert cli("run", wf)[0] == 0
+    code, out, _ = cli("status", tmp_path / "a.zarr")
+    assert code == 0 and "gen" in out and "done" in out
+    code, _, err = cli("status", tmp_path)
+    assert code == 1 and "no zarrmill ledger" in err
+
+
+def test_task_command_runs_one_task_with_params_file(cli, tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump({"output": str(tmp_path / "b.zarr"), "shape": [4, 32, 32]}))
+    code, _, err = cli("task", "generate", "--params", params, "--set", "n_blobs=2", "--executor", "sync")
+    assert code == 0, err
+    assert (tmp_path / "b.zarr" / "0" / "zarr.json").exists()
+    params.write_text(yaml.safe_dump({"output": str(tmp_path / "c.zarr"), "shape": [4, 32, 32], "sheep": 1}))
+    code, _, err = cli("task", "generate", "--params", params)
+    assert code == 2 and "p.yaml:" in err and "sheep" in err
+
+
+def test_errors_are_one_line_without_debug_and_traceback_with_it(tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: x\nsteps: {a: {task: nope}}\n")
+    plain = zarrmill_subprocess("validate", wf)
+    assert plain.returncode == 2 and len(plain.stderr.strip().splitlines()) == 1
+    debug = zarrmill_subprocess("--debug", "validate", wf)
+    assert "Traceback" in debug.stderr

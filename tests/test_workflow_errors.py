@@ -1,0 +1,112 @@
+"""Bad input: one clear line naming file:line:col and the field, exit 2, nothing written."""
+from pathlib import Path
+
+import pytest
+
+GOOD = """name: t
+vars:
+  out: {out}
+executor: {{kind: sync}}
+steps:
+  gen:
+    task: generate
+    params:
+      output: ${{out}}/a.ome.zarr
+      shape: [8, 32, 32]
+      n_blobs: 3
+  copy:
+    task: rechunk
+    needs: [gen]
+    params:
+      input: ${{out}}/a.ome.zarr
+      output: ${{out}}/b.ome.zarr
+"""
+
+
+def run_bad(cli, tmp_path: Path, text: str, *extra: str) -> str:
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(text)
+    code, out, err = cli("validate", wf, *extra)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert not (tmp_path / "out").exists(), "validation must write nothing"
+    return lines[0]
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> str:
+    return GOOD.format(out=tmp_path / "out")
+
+
+def test_good_workflow_validates(cli, tmp_path, good):
+    (tmp_path / "wf.yaml").write_text(good)
+    code, out, err = cli("validate", tmp_path / "wf.yaml")
+    assert code == 0 and "gen (generate), copy (rechunk)" in out
+
+
+def test_yaml_syntax_error(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("shape: [8, 32, 32]", "shape: [8, 32, 32"))
+    assert "wf.yaml:" in line and "YAML syntax error" in line
+
+
+def test_unknown_task(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("task: rechunk", "task: rechunkk"))
+    assert "wf.yaml:13:" in line and "unknown task 'rechunkk'" in line and "rechunk" in line
+
+
+def test_unknown_parameter_lists_allowed(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("n_blobs: 3", "n_blob: 3"))
+    assert "wf.yaml:11:7" in line and "steps.gen.params.n_blob" in line
+    assert "allowed:" in line and "n_blobs" in line
+
+
+def test_mistyped_parameter(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("n_blobs: 3", "n_blobs: many"))
+    assert "wf.yaml:11:" in line and "steps.gen.params.n_blobs" in line and "integer" in line
+
+
+def test_missing_needs_target(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("needs: [gen]", "needs: [gne]"))
+    assert "wf.yaml:14:" in line and "no step named 'gne'" in line
+
+
+def test_dependency_cycle(cli, tmp_path, good):
+    text = good.replace("    task: generate\n", "    task: generate\n    needs: [copy]\n")
+    line = run_bad(cli, tmp_path, text)
+    assert "dependency cycle" in line and "gen" in line and "copy" in line
+
+
+def test_missing_input_path(cli, tmp_path, good):
+    text = good.replace("    needs: [gen]\n", "").replace("input: ${out}/a.ome.zarr", "input: /nonexistent/x.zarr")
+    line = run_bad(cli, tmp_path, text)
+    assert "wf.yaml:15:" in line and "/nonexistent/x.zarr does not exist" in line
+
+
+def test_unresolved_variable(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("${out}/b.ome.zarr", "${outdir}/b.ome.zarr"))
+    assert "wf.yaml:17:" in line and "unresolved variable ${outdir}" in line
+
+
+def test_env_variable_and_set_override(cli, tmp_path, good, monkeypatch):
+    monkeypatch.setenv("ZM_TEST_OUT", str(tmp_path / "envout"))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(good.replace("out: " + str(tmp_path / "out"), "out: ${env:ZM_TEST_OUT}"))
+    from tasks.runtime.workflow import load_workflow
+
+    loaded = load_workflow(wf, ["steps.gen.params.n_blobs=7", "executor.kind=threads"])
+    assert loaded.step("gen").params.output == str(tmp_path / "envout" / "a.ome.zarr")
+    assert loaded.step("gen").params.n_blobs == 7 and loaded.executor.kind == "threads"
+
+
+def test_bad_executor_kind(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("{kind: sync}", "{kind: pbs}"))
+    assert "executor.kind" in line and "'slurm'" in line
+
+
+def test_run_with_bad_workflow_writes_nothing(cli, tmp_path, good):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(good.replace("n_blobs: 3", "n_blobs: -1"))
+    code, _, err = cli("run", wf)
+    assert code == 2 and "greater than or equal to 0" in err
+    assert not (tmp_path / "out").exists()
