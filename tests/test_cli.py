@@ -58,3 +58,20 @@ def test_errors_are_one_line_without_debug_and_traceback_with_it(tmp_path):
     assert plain.returncode == 2 and len(plain.stderr.strip().splitlines()) == 1
     debug = zarrmill_subprocess("--debug", "validate", wf)
     assert "Traceback" in debug.stderr
+
+
+def test_cluster_check_on_an_existing_scheduler_address(cli, tmp_path):
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster:
+        code, out, err = cli("task", "cluster-check", "--set", f"output={tmp_path / 'chk'}",
+                             "--set", "units=12", "--set", "busy_ms=5", "--executor", "address",
+                             "--set", "x=1")
+        assert code == 2 and "x" in err  # unknown parameter caught before any work
+        wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+            "output": str(tmp_path / "chk"), "units": 12, "busy_ms": 5}}},
+            executor={"kind": "address", "address": cluster.scheduler_address})
+        code, out, err = cli("run", wf)
+    assert code == 0, err
+    assert "12 units ran in: local: 12" in out
+    assert len(list((tmp_path / "chk" / "units").glob("*.json"))) == 12

@@ -132,40 +132,38 @@ def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, o
 
 def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
                    ) -> Iterator[tuple[Unit, int, str | None]]:
+    """Keep a bounded window of units in flight; refill it in batches (one scheduler message per
+    batch, not per unit) as results arrive."""
     from distributed import as_completed
 
     p_json = params.model_dump_json()
-    limit = opts.max_in_flight or max(16, 4 * sum(client.nthreads().values()))
+    limit = opts.max_in_flight or max(64, 8 * sum(client.nthreads().values()))
     run_id = uuid.uuid4().hex[:8]
     pending = iter(enumerate(todo))
     by_key: dict[str, Unit] = {}
 
-    def submit_next(n: int) -> list[Any]:
-        futures = []
-        for i, unit in _take(pending, n):
-            key = f"{task.name}-{run_id}-{i}"
-            by_key[key] = unit
-            futures.append(client.submit(execute_unit, task.name, p_json, unit, key=key,
-                                         retries=opts.retries, pure=False))
-        return futures
+    def submit(n: int) -> list[Any]:
+        batch = _take(pending, n)
+        if not batch:
+            return []
+        keys = [f"{task.name}-{run_id}-{i}" for i, _ in batch]
+        units = [u for _, u in batch]
+        by_key.update(zip(keys, units))
+        return client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
+                          key=keys, retries=opts.retries, pure=False)
 
-    ac = as_completed(submit_next(limit))
-    for fut in ac:
-        unit = by_key.pop(fut.key)
-        if fut.status == "finished":
-            yield unit, fut.result(), None
-        else:
-            yield unit, 0, _describe_future_error(task, unit, fut)
-        fut.release()
-        for new in submit_next(1):
-            ac.add(new)
+    ac = as_completed(submit(limit), with_results=True, raise_errors=False)
+    for batch in ac.batches():
+        for fut, result in batch:
+            unit = by_key.pop(fut.key)
+            if fut.status == "finished":
+                yield unit, result, None
+            else:
+                yield unit, 0, _describe_future_error(task, unit, result)
+        ac.update(submit(len(batch)))
 
 
-def _describe_future_error(task: Task, unit: Unit, fut: Any) -> str:
-    try:
-        exc = fut.exception()
-    except Exception as err:  # noqa: BLE001 - cancelled futures raise here
-        exc = err
+def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
     if isinstance(exc, ZarrmillError):
         return str(exc)
     return f"task {task.name}, unit {unit['id']} ({task.describe_unit(unit)}): {type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ from .contract import Task
 
 ENTRY_POINT_GROUP = "zarrmill.tasks"
 BUILTIN = {
+    "cluster-check": "tasks.cluster_check",
     "generate": "tasks.generate",
     "rechunk": "tasks.rechunk",
 }
