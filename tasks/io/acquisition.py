@@ -1,0 +1,93 @@
+"""One in-memory description of an HCS acquisition, whatever the instrument: the plate, its wells,
+fields of view (with stage positions), and which file holds each (t, c, z) plane.
+
+Readers (CellVoyager, filename patterns) produce it; ``ingest`` consumes it."""
+from __future__ import annotations
+
+import string
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Plane:
+    row: int  # 1-based plate row
+    col: int  # 1-based plate column
+    field: int  # 1-based field index within the well
+    t: int  # 0-based
+    c: int  # 0-based channel index
+    z: int  # 0-based
+    path: str  # file holding this plane (absolute)
+    x_um: float  # stage position of the field's top-left corner, image x axis
+    y_um: float  # same, image y axis (already flipped to image orientation)
+    z_um: float = 0.0
+    time: str | None = None  # acquisition time, ISO 8601 UTC
+    well_name: str | None = None  # the instrument's own well name (e.g. 'B03.a1')
+
+
+@dataclass
+class Channel:
+    label: str
+    wavelength_id: str | None = None
+    color: str = "FFFFFF"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Acquisition:
+    name: str
+    planes: list[Plane]
+    channels: list[Channel]
+    pixel_size_yx: tuple[float, float]
+    z_step: float
+    image_shape_yx: tuple[int, int]
+    dtype: str
+    n_rows: int
+    n_cols: int
+    bit_depth: int | None = None
+    source: str = ""
+
+    @property
+    def n_t(self) -> int:
+        return max(p.t for p in self.planes) + 1
+
+    @property
+    def n_z(self) -> int:
+        return max(p.z for p in self.planes) + 1
+
+    @property
+    def n_c(self) -> int:
+        return len(self.channels)
+
+    def fields(self) -> dict[tuple[int, int, int], list[Plane]]:
+        """(row, col, field) -> its planes, in plate order."""
+        out: dict[tuple[int, int, int], list[Plane]] = defaultdict(list)
+        for p in sorted(self.planes, key=lambda p: (p.row, p.col, p.field, p.t, p.c, p.z)):
+            out[(p.row, p.col, p.field)].append(p)
+        return dict(out)
+
+    def wells(self) -> dict[tuple[int, int], list[int]]:
+        """(row, col) -> field indices."""
+        out: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for p in self.planes:
+            out[(p.row, p.col)].add(p.field)
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def row_name(row: int) -> str:
+    """1 -> A, 26 -> Z, 27 -> AA (1536-well plates have 32 rows: A..AF)."""
+    letters = string.ascii_uppercase
+    return letters[row - 1] if row <= 26 else letters[(row - 1) // 26 - 1] + letters[(row - 1) % 26]
+
+
+def col_name(col: int, n_cols: int) -> str:
+    return str(col).zfill(2 if n_cols < 100 else 3)
+
+
+def row_index(name: str) -> int:
+    """Inverse of row_name: A -> 1, AA -> 27."""
+    value = 0
+    for ch in name.upper():
+        value = value * 26 + (ord(ch) - ord("A") + 1)
+    return value

@@ -1,0 +1,135 @@
+"""Yokogawa CellVoyager (CV7000 / CV8000) measurement folders: ``MeasurementData.mlf`` lists every
+image with its well, field, time point, z, channel and stage X/Y/Z; ``MeasurementDetail.mrf`` holds
+the plate size, channels, pixel size, image size and bit depth.
+
+Stage Y points the other way from image rows, so y is flipped (y_um = -Y), as fractal-tasks-core
+does; positions are the field's top-left corner."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import InputError, InputNotFoundError
+from .acquisition import Acquisition, Channel, Plane
+
+NS = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
+IMAGE_NAME = re.compile(r"_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.(tif|tiff|png)$", re.I)
+WELL_IN_NAME = re.compile(r"_([A-Z]{1,2}\d{2,3}(?:\.[a-z]\d)?)_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.", re.I)
+
+
+def find_metadata(folder: Path, mlf: str | None, mrf: str | None) -> tuple[Path, Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputNotFoundError(f"{folder}: CellVoyager folder does not exist")
+    mlf_path = folder / (mlf or "MeasurementData.mlf")
+    mrf_path = folder / (mrf or "MeasurementDetail.mrf")
+    for path, what in ((mlf_path, "mlf"), (mrf_path, "mrf")):
+        if not path.exists():
+            raise InputNotFoundError(f"{path}: CellVoyager {what} file not found (set params.{what} "
+                                     f"to its name if it is called otherwise)")
+    return mlf_path, mrf_path
+
+
+def _attr(el: ET.Element, name: str, path: Path) -> str:
+    value = el.get(NS + name)
+    if value is None:
+        raise InputError(f"{path}: <{el.tag.replace(NS, 'bts:')}> lacks bts:{name}")
+    return value
+
+
+def _parse_xml(path: Path) -> ET.Element:
+    try:
+        return ET.fromstring(path.read_bytes())
+    except ET.ParseError as err:
+        raise InputError(f"{path}: not valid XML ({err})") from err
+
+
+def _utc(text: str) -> str:
+    return datetime.fromisoformat(text).astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_mrf(path: Path) -> dict:
+    root = _parse_xml(path)
+    channels = root.findall(NS + "MeasurementChannel")
+    if not channels:
+        raise InputError(f"{path}: no bts:MeasurementChannel entries")
+    first = channels[0]
+    ch = {}
+    for el in channels:
+        idx = int(_attr(el, "Ch", path))
+        ch[idx] = {k: el.get(NS + k) for k in ("CameraNumber", "FilterWheelPosition", "FilterPosition",
+                                              "ShadingCorrectionSource", "InputLevel")}
+    return {
+        "title": root.get(NS + "Title") or path.parent.name,
+        "n_rows": int(_attr(root, "RowCount", path)),
+        "n_cols": int(_attr(root, "ColumnCount", path)),
+        "pixel_size_x": float(_attr(first, "HorizontalPixelDimension", path)),
+        "pixel_size_y": float(_attr(first, "VerticalPixelDimension", path)),
+        "width": int(_attr(first, "HorizontalPixels", path)),
+        "height": int(_attr(first, "VerticalPixels", path)),
+        "bit_depth": int(_attr(first, "InputBitDepth", path)),
+        "channels": dict(sorted(ch.items())),
+    }
+
+
+def parse_mlf(path: Path) -> list[dict]:
+    root = _parse_xml(path)
+    records = []
+    for el in root.findall(NS + "MeasurementRecord"):
+        if el.get(NS + "Type") != "IMG":
+            continue  # ERR/other records carry no image
+        records.append({
+            "file": (el.text or "").strip(),
+            "row": int(_attr(el, "Row", path)), "col": int(_attr(el, "Column", path)),
+            "field": int(_attr(el, "FieldIndex", path)), "t": int(_attr(el, "TimePoint", path)),
+            "z": int(_attr(el, "ZIndex", path)), "ch": int(_attr(el, "Ch", path)),
+            "x": float(_attr(el, "X", path)), "y": float(_attr(el, "Y", path)),
+            "z_um": float(_attr(el, "Z", path)), "time": _utc(_attr(el, "Time", path)),
+        })
+    if not records:
+        raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
+    return records
+
+
+def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = None) -> Acquisition:
+    mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
+    detail = parse_mrf(mrf_path)
+    records = parse_mlf(mlf_path)
+    ch_ids = sorted({r["ch"] for r in records})
+    unknown = [c for c in ch_ids if c not in detail["channels"]]
+    if unknown:
+        raise InputError(f"{mlf_path}: channels {unknown} are not described in {mrf_path.name}")
+    t_ids = sorted({r["t"] for r in records})
+    z_ids = sorted({r["z"] for r in records})
+    planes = [Plane(
+        row=r["row"], col=r["col"], field=r["field"], t=t_ids.index(r["t"]), c=ch_ids.index(r["ch"]),
+        z=z_ids.index(r["z"]), path=str(Path(folder).resolve() / r["file"]), x_um=r["x"],
+        y_um=-r["y"], z_um=r["z_um"], time=r["time"], well_name=_well_name(r["file"]),
+    ) for r in records]
+    z_positions = sorted({r["z_um"] for r in records})
+    z_step = (z_positions[1] - z_positions[0]) if len(z_positions) > 1 else 1.0
+    channels = [Channel(label=f"CH{c:02d}", wavelength_id=f"A01_C{c:02d}", extra=detail["channels"][c])
+                for c in ch_ids]
+    dtype = "uint8" if detail["bit_depth"] <= 8 else "uint16"
+    return Acquisition(
+        name=detail["title"], planes=planes, channels=channels,
+        pixel_size_yx=(detail["pixel_size_y"], detail["pixel_size_x"]), z_step=round(z_step, 6),
+        image_shape_yx=(detail["height"], detail["width"]), dtype=dtype,
+        n_rows=detail["n_rows"], n_cols=detail["n_cols"], bit_depth=detail["bit_depth"],
+        source=str(mlf_path),
+    )
+
+
+def _well_name(filename: str) -> str | None:
+    """The instrument's well id from the file name: the last ``_<well>_T....`` group, so a plate
+    name that itself looks like a well id (``myplate_B03_C03_...``) is not mistaken for it."""
+    match = WELL_IN_NAME.search(filename)
+    return match.group(1) if match else None
+
+
+def unlisted_images(folder: Path, acq: Acquisition) -> list[str]:
+    """Instrument-named image files in the folder that the mlf does not list."""
+    listed = {Path(p.path).name for p in acq.planes}
+    return sorted(f.name for f in Path(folder).iterdir() if IMAGE_NAME.search(f.name) and f.name not in listed)
