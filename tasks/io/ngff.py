@@ -116,9 +116,23 @@ def ome_format(version: str) -> Any:
 
 def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], levels: list[Level],
                          name: str | None = None, extra: dict[str, Any] | None = None) -> None:
-    """Write multiscales (+ e.g. omero) on the image group; ome-zarr-py builds the JSON."""
+    """Write multiscales (and omero) on the image group through ome-zarr-py; other NGFF keys in
+    ``extra`` (e.g. ``labels``) go beside them (inside ``ome`` for 0.5)."""
     from ome_zarr.writer import write_multiscales_metadata
 
+    extra = dict(extra or {})
+    omero = extra.pop("omero", None)
     group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
     write_multiscales_metadata(group, level_datasets(levels), fmt=ome_format(version), axes=axes,
-                               name=name, **(extra or {}))
+                               name=name, **({"metadata": {"omero": omero}} if omero else {}))
+    if extra:
+        update_ngff_attrs(group, version, extra)
+
+
+def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -> None:
+    if version == "0.4":
+        group.attrs.update(values)
+    else:
+        ome = dict(group.attrs.get("ome", {}))
+        ome.update(values)
+        group.attrs["ome"] = ome

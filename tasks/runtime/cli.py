@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("status", "show the ledger of an output: units done per step")
     p.add_argument("output")
 
+    p = add("check", "validate a store against the OME-NGFF schemas plus structural checks")
+    p.add_argument("store")
+
     p = add("submit", "run a workflow's driver as an sbatch job (so you can log out)")
     p.add_argument("workflow")
     _add_set(p)

@@ -100,3 +100,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+@command("check")
+def cmd_check(args: argparse.Namespace) -> int:
+    from ..io.conformance import check_store
+
+    problems, checked = check_store(Path(args.store))
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{args.store}: {len(problems)} problems", file=sys.stderr)
+        return 1
+    print(f"{args.store}: ok ({checked} OME-NGFF groups checked)")
+    return 0

@@ -14,6 +14,7 @@ ENTRY_POINT_GROUP = "zarrmill.tasks"
 BUILTIN = {
     "cluster-check": "tasks.cluster_check",
     "generate": "tasks.generate",
+    "ingest": "tasks.ingest",
     "rechunk": "tasks.rechunk",
 }
 

@@ -1,0 +1,279 @@
+"""Ingest raw microscopy into OME-Zarr: CellVoyager plates, filename-pattern series, single files.
+
+- ``cellvoyager``: a Yokogawa CV7000/CV8000 measurement folder (MeasurementData.mlf + MeasurementDetail.mrf).
+- ``pattern``: files named like ``{plate}_{well}_s{field}_w{channel}.tif`` (+ optional positions CSV).
+- ``image``: one TIFF / OME-TIFF / .npy volume -> one OME-Zarr image (not a plate).
+
+HCS output: plate/row/column/field, one image per field of view with axes (t)czyx, ``scale`` from
+the pixel size and ``translation`` from the stage position relative to the well (micrometer), omero
+channels with windows from the data. One unit per field (and time point); a unit writes its planes
+one at a time, so memory is one plane. Chunks split each plane into even tiles of at most 1280
+pixels a side (viewer-friendly reads); on zarr v3 each plane is one shard (one file per plane, not
+per tile). Metadata that makes the store a valid plate/image is written last, in ``finish``."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import zarr
+from pydantic import Field, model_validator
+
+from .errors import ConfigError, InputError
+from .io.acquisition import Acquisition
+from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
+from .io.cellvoyager import read_cellvoyager, unlisted_images
+from .io.hcs import (channel_windows, field_axes, field_levels, field_path, field_shape, split_side,
+                     well_origins, write_field_image, write_plate)
+from .io.ngff import NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.pattern import read_pattern_series
+from .io.planes import plane_header, read_plane
+from .io.volume import open_volume
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+MAX_LISTED = 5
+IMAGE_UNIT_MB = 64
+
+
+class Params(TaskParams):
+    input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
+    output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
+    format: Literal["auto", "cellvoyager", "pattern", "image"] = Field(
+        "auto", description="auto: a folder with a .mlf is cellvoyager, one with `pattern` is pattern, a file is image")
+    mlf: str | None = Field(None, description="cellvoyager: mlf file name (default MeasurementData.mlf)")
+    mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
+    pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
+    positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
+    grid_columns: int | None = Field(None, ge=1, description="pattern without positions: fields per grid row (default: square)")
+    pixel_size: list[float] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
+    plate_shape: list[int] = Field([8, 12], min_length=2, max_length=2, description="pattern: plate rows, columns")
+    channel_names: list[str] | None = Field(None, description="channel labels in channel order")
+    axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")
+    missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
+    allow_extra_files: bool = Field(False, description="cellvoyager: accept image files the mlf does not list")
+    check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
+    ngff_version: Literal["0.4", "0.5"] = "0.5"
+    chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
+    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=3, shuffle="bitshuffle"))
+
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        if self.format == "pattern" and not self.pattern:
+            raise ValueError("format 'pattern' needs pattern, e.g. '{well}_s{field}_w{channel}.tif'")
+        return self
+
+    def resolved_format(self) -> str:
+        if self.format != "auto":
+            return self.format
+        path = Path(self.input)
+        if path.is_file():
+            return "image"
+        if self.pattern:
+            return "pattern"
+        if path.is_dir() and any(path.glob("*.mlf")):
+            return "cellvoyager"
+        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, pattern, image)")
+
+
+# -- reading the acquisition (driver) -------------------------------------------------------------
+def read_acquisition(p: Params) -> Acquisition:
+    fmt = p.resolved_format()
+    if fmt == "cellvoyager":
+        acq = read_cellvoyager(Path(p.input), p.mlf, p.mrf)
+    else:
+        first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
+        acq = _read_pattern(p, first)
+    if p.channel_names:
+        if len(p.channel_names) != acq.n_c:
+            raise ConfigError(f"channel_names has {len(p.channel_names)} names but the data has {acq.n_c} channels")
+        for ch, name in zip(acq.channels, p.channel_names):
+            ch.label = name
+    return acq
+
+
+def _read_pattern(p: Params, first: Path | None) -> Acquisition:
+    from .io.pattern import compile_pattern
+
+    regex = compile_pattern(p.pattern or "")
+    sample = next((f for f in sorted(Path(p.input).iterdir()) if regex.match(f.name)), first)
+    if sample is None:
+        raise InputError(f"{p.input}: empty folder")
+    shape, dtype = plane_header(sample)
+    px = p.pixel_size or [1.0, 1.0]
+    z_step = px[0] if len(px) == 3 else 1.0
+    acq = read_pattern_series(Path(p.input), p.pattern or "", (px[-2], px[-1]), z_step,
+                              Path(p.positions) if p.positions else None, 1, shape, dtype,
+                              p.plate_shape[0], p.plate_shape[1], None)
+    if not p.positions:  # lay fields out on a grid (documented fallback without positions)
+        n_fields = max(len(f) for f in acq.wells().values())
+        cols = p.grid_columns or math.ceil(math.sqrt(n_fields))
+        acq = read_pattern_series(Path(p.input), p.pattern or "", (px[-2], px[-1]), z_step, None, cols,
+                                  shape, dtype, p.plate_shape[0], p.plate_shape[1], None)
+    return acq
+
+
+def validate_files(p: Params, acq: Acquisition) -> list[str]:
+    """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes."""
+    missing = sorted({pl.path for pl in acq.planes if not Path(pl.path).exists()})
+    if missing and p.missing == "error":
+        raise InputError(f"{len(missing)} listed files are missing, e.g. {_names(missing)} "
+                         f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
+    if p.resolved_format() == "cellvoyager" and not p.allow_extra_files:
+        extra = unlisted_images(Path(p.input), acq)
+        if extra:
+            raise InputError(f"{p.input}: {len(extra)} image files are not listed in the mlf, e.g. "
+                             f"{_names(extra)} (wrong mlf? set allow_extra_files: true to ignore them)")
+    if p.check_headers:
+        expected = (tuple(acq.image_shape_yx), acq.dtype)
+        bad = []
+        for path in sorted({pl.path for pl in acq.planes} - set(missing)):
+            found = plane_header(path)
+            if (tuple(found[0]), found[1]) != expected:
+                bad.append(f"{Path(path).name} {found[0][0]}x{found[0][1]} {found[1]}")
+        if bad:
+            raise InputError(f"{len(bad)} files differ from the expected {expected[0][0]}x{expected[0][1]} "
+                             f"{expected[1]}: {', '.join(bad[:MAX_LISTED])}")
+    return missing
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(Path(x).name for x in paths[:MAX_LISTED])
+    return shown + (f" and {len(paths) - MAX_LISTED} more" if len(paths) > MAX_LISTED else "")
+
+
+def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
+    shape = field_shape(acq)
+    cy, cx = p.chunk_yx or (split_side(shape[-2]), split_side(shape[-1]))
+    chunks = (1,) * (len(shape) - 2) + (cy, cx)
+    zf = NGFF_FORMATS[p.ngff_version]
+    shards = (1,) * (len(shape) - 2) + (math.ceil(shape[-2] / cy) * cy, math.ceil(shape[-1] / cx) * cx)
+    return ArraySpec(shape, acq.dtype, chunks, shards if zf == 3 else None, p.codec, zf,
+                     tuple(field_axes(acq)))
+
+
+# -- plan / run / finish ---------------------------------------------------------------------------
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    if p.resolved_format() == "image":
+        return _plan_image(p, ctx)
+    acq = read_acquisition(p)
+    validate_files(p, acq)
+    spec = _plate_spec(p, acq)
+    root = Path(p.output)
+    ensure_group(root, spec.zarr_format)
+    units = []
+    for (row, col, fld), planes in acq.fields().items():
+        path = field_path(row, col, fld, acq)
+        for part in (path.rsplit("/", 2)[0], path.rsplit("/", 1)[0], path):
+            ensure_group(root / part, spec.zarr_format)
+        ensure_array(root / path, "0", spec, ctx)
+        for t in range(acq.n_t):
+            files = [[pl.c, pl.z, pl.path] for pl in planes if pl.t == t]
+            units.append({"id": f"{path}/t{t}", "field": path, "t": t, "planes": files,
+                          "has_t": acq.n_t > 1, "missing_ok": p.missing == "zeros"})
+    return units
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    if "region" in unit:
+        return _run_image_unit(p, unit)
+    arr = zarr.open_array(str(Path(p.output) / unit["field"] / "0"), mode="r+")
+    lead = (unit["t"],) if unit["has_t"] else ()
+    written = set()
+    nbytes = 0
+    for c, z, path in unit["planes"]:
+        if unit["missing_ok"] and not Path(path).exists():
+            continue  # stays fill_value 0, recorded in finish
+        plane = read_plane(path)
+        if plane.shape != arr.shape[-2:] or plane.dtype != arr.dtype:
+            raise InputError(f"{path}: {plane.shape} {plane.dtype}, expected {arr.shape[-2:]} {arr.dtype}")
+        arr[lead + (c, z)] = plane
+        written.add((c, z))
+        nbytes += plane.nbytes
+    if unit["missing_ok"]:  # planes never written must still read as zeros on a rerun
+        for c in range(arr.shape[-4]):
+            for z in range(arr.shape[-3]):
+                if (c, z) not in written:
+                    arr[lead + (c, z)] = 0
+    return nbytes
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    if p.resolved_format() == "image":
+        return _finish_image(p)
+    acq = read_acquisition(p)
+    root = Path(p.output)
+    origins = well_origins(acq)
+    missing = sorted({pl.path for pl in acq.planes if not Path(pl.path).exists()})
+    fields = acq.fields()
+    paths = [field_path(r, c, f, acq) for (r, c, f) in fields]
+    arrays = [zarr.open_array(str(root / path / "0"), mode="r") for path in paths]
+    windows = channel_windows(arrays, field_axes(acq), acq.dtype)
+    for ((row, col, fld), planes), path in zip(fields.items(), paths):
+        first = planes[0]
+        extra = {"source": acq.source, "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
+                 "instrument_well": first.well_name, "field_index": fld, "acquired": first.time,
+                 "missing_planes": [Path(pl.path).name for pl in planes if pl.path in set(missing)]}
+        write_field_image(root / path, acq, p.ngff_version, field_levels(acq, first, origins[(row, col)]),
+                          windows, extra)
+    field_count = max(len(f) for f in acq.wells().values())
+    write_plate(root, acq, p.ngff_version, paths, field_count)
+
+
+# -- single image files ----------------------------------------------------------------------------
+def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
+    vol = open_volume(p.input, p.axes)
+    try:
+        axes, shape, dtype, sizes = vol.axes, vol.shape, str(vol.dtype), dict(vol.pixel_size)
+    finally:
+        vol.close()
+    if p.pixel_size:
+        spatial = [a for a in axes if a in "zyx"]
+        if len(p.pixel_size) != len(spatial):
+            raise ConfigError(f"pixel_size has {len(p.pixel_size)} entries; {p.input} has spatial axes {''.join(spatial)}")
+        sizes = dict(zip(spatial, p.pixel_size))
+    chunks = tuple(1 if a in "tc" else (min(s, 64) if a == "z" else min(s, 256)) for a, s in zip(axes, shape))
+    if "z" not in axes:
+        chunks = tuple(min(s, 1024) if a in "yx" else c for a, s, c in zip(axes, shape, chunks))
+    return ArraySpec(shape, dtype, chunks, None, p.codec, NGFF_FORMATS[p.ngff_version], tuple(axes)), sizes, axes
+
+
+def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
+    spec, _, _ = _image_spec(p)
+    ensure_group(Path(p.output), spec.zarr_format)
+    ensure_array(Path(p.output), "0", spec, ctx)
+    regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
+    return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]
+
+
+def _run_image_unit(p: Params, unit: Unit) -> int:
+    vol = open_volume(p.input, p.axes)
+    try:
+        data = vol.read([tuple(r) for r in unit["region"]])
+    finally:
+        vol.close()
+    zarr.open_array(str(Path(p.output) / "0"), mode="r+")[region_slices(unit["region"])] = data
+    return data.nbytes
+
+
+def _finish_image(p: Params) -> None:
+    from .io.hcs import omero
+    from .io.acquisition import Channel
+
+    spec, sizes, axes = _image_spec(p)
+    scale = [sizes.get(a, 1.0) for a in axes]
+    arr = zarr.open_array(str(Path(p.output) / "0"), mode="r")
+    n_c = spec.shape[axes.index("c")] if "c" in axes else 1
+    extra = {}
+    if "c" in axes:
+        windows = channel_windows([arr], axes, spec.dtype)
+        names = p.channel_names or [f"C{c}" for c in range(n_c)]
+        extra["omero"] = omero([Channel(label=n) for n in names], windows)
+    write_image_metadata(Path(p.output), p.ngff_version, make_axes(axes), [Level("0", scale, None)],
+                         name=Path(p.input).name, extra=extra)
+
+
+def describe_unit(unit: Unit) -> str:
+    if "region" in unit:
+        return "region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
+    return f"field {unit['field']} t={unit['t']} ({len(unit['planes'])} planes)"

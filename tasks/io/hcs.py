@@ -1,0 +1,113 @@
+"""Write HCS plates: plate/row/column/field layout, plate and well metadata (through ome-zarr-py),
+per-field images with scale + translation from stage positions, and channel (omero) metadata with
+display windows computed from the data."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from .acquisition import Acquisition, Channel, Plane, col_name, row_name
+from .ngff import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
+
+MAX_CHUNK_SIDE = 1280
+
+
+def split_side(size: int, max_side: int = MAX_CHUNK_SIDE) -> int:
+    """Chunk side = size / n for the smallest n that fits max_side: even chunks, no sliver at the
+    edge (2160 -> 1080, 2560 -> 1280, 1000 -> 1000)."""
+    n = math.ceil(size / max_side)
+    return math.ceil(size / n)
+
+
+def field_axes(acq: Acquisition) -> str:
+    return ("t" if acq.n_t > 1 else "") + "czyx"
+
+
+def field_shape(acq: Acquisition) -> tuple[int, ...]:
+    lead = (acq.n_t,) if acq.n_t > 1 else ()
+    return lead + (acq.n_c, acq.n_z) + tuple(acq.image_shape_yx)
+
+
+def field_path(row: int, col: int, fld: int, acq: Acquisition) -> str:
+    """Path of a field image inside the plate; fields are numbered from 0 in each well."""
+    fields = acq.wells()[(row, col)]
+    return f"{row_name(row)}/{col_name(col, acq.n_cols)}/{fields.index(fld)}"
+
+
+def well_origins(acq: Acquisition) -> dict[tuple[int, int], tuple[float, float]]:
+    """(row, col) -> (min y, min x) stage position over the well's fields."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    for p in acq.planes:
+        y, x = out.get((p.row, p.col), (math.inf, math.inf))
+        out[(p.row, p.col)] = (min(y, p.y_um), min(x, p.x_um))
+    return out
+
+
+def field_levels(acq: Acquisition, first: Plane, origin: tuple[float, float]) -> list[Level]:
+    """Level 0 transforms: pixel sizes, and the field's top-left corner relative to its well."""
+    py, px = acq.pixel_size_yx
+    lead = [1.0] if acq.n_t > 1 else []
+    scale = lead + [1.0, acq.z_step, py, px]
+    translation = [0.0] * len(lead) + [0.0, 0.0, round(first.y_um - origin[0], 6),
+                                         round(first.x_um - origin[1], 6)]
+    return [Level("0", scale, translation)]
+
+
+def omero(channels: list[Channel], windows: list[tuple[float, float, float, float]]) -> dict[str, Any]:
+    return {"channels": [{
+        "label": ch.label, "color": ch.color, "active": True, "coefficient": 1.0, "family": "linear",
+        "inverted": False, **({"wavelength_id": ch.wavelength_id} if ch.wavelength_id else {}),
+        "window": {"min": w[0], "max": w[1], "start": w[2], "end": w[3]},
+    } for ch, w in zip(channels, windows)]}
+
+
+def channel_windows(arrays: list[zarr.Array], axes: str, dtype: str, max_arrays: int = 8
+                    ) -> list[tuple[float, float, float, float]]:
+    """(min, max, start, end) per channel: the dtype range, and the 0.1-99.9 percentiles of a
+    strided sample of the middle plane of up to ``max_arrays`` fields (never the whole image)."""
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "ui" else np.finfo(dtype)
+    n_c = arrays[0].shape[axes.index("c")] if "c" in axes else 1
+    out = []
+    for c in range(n_c):
+        samples = []
+        for arr in arrays[:max_arrays]:
+            index = tuple(c if a == "c" else (s // 2 if a in "tz" else slice(None, None, 4))
+                          for a, s in zip(axes, arr.shape))
+            samples.append(np.asarray(arr[index]).ravel())
+        lo, hi = np.percentile(np.concatenate(samples), [0.1, 99.9])
+        out.append((float(info.min), float(info.max), float(lo), float(max(hi, lo + 1))))
+    return out
+
+
+def write_plate(root: Path, acq: Acquisition, version: str, field_paths: list[str],
+                field_count: int) -> None:
+    """Well metadata for every well, then the plate metadata last (it is what makes the store a plate)."""
+    from ome_zarr.writer import write_plate_metadata, write_well_metadata
+
+    fmt = ome_format(version)
+    zf = NGFF_FORMATS[version]
+    wells: dict[str, list[str]] = {}
+    for path in field_paths:
+        well, _, image = path.rpartition("/")
+        wells.setdefault(well, []).append(image)
+    for well, images in wells.items():
+        group = zarr.open_group(str(root / well), mode="a", zarr_format=zf)
+        write_well_metadata(group, [{"path": im, "acquisition": 0} for im in images], fmt=fmt)
+    # The whole plate grid, so viewers place each well at its true plate position.
+    rows = [row_name(r) for r in range(1, acq.n_rows + 1)]
+    cols = [col_name(c, acq.n_cols) for c in range(1, acq.n_cols + 1)]
+    plate = zarr.open_group(str(root), mode="a", zarr_format=zf)
+    write_plate_metadata(plate, rows, cols, list(wells), fmt=fmt, name=acq.name, field_count=field_count,
+                         acquisitions=[{"id": 0, "name": acq.name}])
+
+
+def write_field_image(path: Path, acq: Acquisition, version: str, levels: list[Level],
+                      windows: list[tuple[float, float, float, float]], extra: dict[str, Any]) -> None:
+    write_image_metadata(path, version, make_axes(field_axes(acq)), levels, name=path.name,
+                         extra={"omero": omero(acq.channels, windows)})
+    group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group.attrs["zarrmill"] = extra
