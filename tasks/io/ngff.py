@@ -101,11 +101,16 @@ def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int) -> tuple[list
 def level_datasets(levels: list[Level]) -> list[dict[str, Any]]:
     out = []
     for lv in levels:
-        cts: list[dict[str, Any]] = [{"type": "scale", "scale": [float(v) for v in lv.scale]}]
+        cts: list[dict[str, Any]] = [{"type": "scale", "scale": _clean(lv.scale)}]
         if lv.translation is not None and any(lv.translation):
-            cts.append({"type": "translation", "translation": [float(v) for v in lv.translation]})
+            cts.append({"type": "translation", "translation": _clean(lv.translation)})
         out.append({"path": lv.path, "coordinateTransformations": cts})
     return out
+
+
+def _clean(values: list[float]) -> list[float]:
+    """Round away float noise (0.24375000000000002 -> 0.24375) so metadata reads as written."""
+    return [float(round(v, 9)) for v in values]
 
 
 def ome_format(version: str) -> Any:
@@ -136,3 +141,17 @@ def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -
         ome = dict(group.attrs.get("ome", {}))
         ome.update(values)
         group.attrs["ome"] = ome
+
+
+def plate_images(root: Path) -> list[str] | None:
+    """Image paths (relative to the plate) of every field of every well; None if not a plate."""
+    attrs, _ = read_attrs(Path(root))
+    plate = attrs.get("plate")
+    if plate is None:
+        return None
+    images = []
+    for well in plate.get("wells", []):
+        well_attrs, _ = read_attrs(Path(root) / well["path"])
+        for image in well_attrs.get("well", {}).get("images", []):
+            images.append(f"{well['path']}/{image['path']}")
+    return images

@@ -4,7 +4,8 @@ A task is a module with:
 
 - ``Params``: a :class:`TaskParams` subclass (pydantic, ``extra="forbid"``, typed, bounded, described);
 - ``plan(params, ctx) -> list[dict]``: on the driver, cheap. Reads input metadata, validates it,
-  creates the output skeleton, returns JSON-able units, each with a unique string ``"id"``;
+  creates the output skeleton, returns JSON-able units, each with a unique string ``"id"`` and
+  optionally an integer ``"stage"``: all units of a stage finish before the next stage starts;
 - ``run_unit(params, unit) -> int | None``: on a worker. Reads a region and writes whole output
   chunks/shards that no other unit writes; idempotent. Returns the bytes it wrote (for MB/s);
 - optional ``finish(params, ctx)``: on the driver, after every unit is done (final metadata);

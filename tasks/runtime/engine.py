@@ -93,14 +93,18 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
     try:
         runner = _run_inline if client is None else _run_on_client
-        for unit, nbytes, error in runner(task, params, todo, client, opts):
-            if error is None:
-                ledger.mark_done([unit["id"]])
-                report.ran += 1
-                report.bytes += nbytes
-            else:
-                report.failures.append(error)
-            progress.advance(nbytes, failed=error is not None)
+        for stage in _stages(todo):
+            for unit, nbytes, error in runner(task, params, stage, client, opts):
+                if error is None:
+                    ledger.mark_done([unit["id"]])
+                    report.ran += 1
+                    report.bytes += nbytes
+                else:
+                    report.failures.append(error)
+                progress.advance(nbytes, failed=error is not None)
+            if report.failures:
+                break  # later stages read what this one writes
+            ledger.flush()
     finally:
         progress.close()
         ledger.close()
@@ -161,6 +165,15 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
             else:
                 yield unit, 0, _describe_future_error(task, unit, result)
         ac.update(submit(len(batch)))
+
+
+def _stages(units: list[Unit]) -> list[list[Unit]]:
+    """Units grouped by their optional ``stage`` (default 0): every unit of a stage finishes
+    before the next stage starts (e.g. pyramid level k is built from level k-1 as stored)."""
+    by_stage: dict[int, list[Unit]] = {}
+    for unit in units:
+        by_stage.setdefault(int(unit.get("stage", 0)), []).append(unit)
+    return [by_stage[k] for k in sorted(by_stage)]
 
 
 def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:

@@ -15,6 +15,7 @@ BUILTIN = {
     "cluster-check": "tasks.cluster_check",
     "generate": "tasks.generate",
     "ingest": "tasks.ingest",
+    "pyramid": "tasks.pyramid",
     "rechunk": "tasks.rechunk",
 }
 

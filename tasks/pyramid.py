@@ -1,0 +1,185 @@
+"""Add multiscale levels to an OME-Zarr image, or to every image of a plate.
+
+Each level is built from the previous one as stored (level 0 is read once, never per level), one
+unit per group of whole output shards/chunks, levels in order (engine stages). The dtype of every
+level equals level 0's; ``mode`` keeps label values intact (never averaged).
+
+Conventions: y and x shrink by ``factor``; z by 2 only where that makes voxels more isotropic
+(``z_factor: auto``) or when asked. A shape that does not divide keeps a last partial block,
+averaged over the pixels it has (level size = ceil(n / f)). ``scale`` is multiplied by the
+factors; for ``mean``/``mode`` a level's pixel centre is the centre of the block it summarises, so
+``translation`` shifts by (f - 1) / 2 x the previous pixel size; ``nearest`` samples the block's
+first pixel and keeps the translation. Chunks grow toward ``target_chunk_mb`` at low levels instead
+of shrinking, and (zarr v3) shards gather up to ``shard_mb``, so low levels are a few files.
+Level-0 is never rewritten; the image metadata lists the new levels only once all are complete."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import zarr
+from pydantic import Field
+
+from .errors import InputError, OutputExistsError
+from .io.arrays import ArraySpec, Codec, ensure_array, group_regions, region_slices
+from .io.downsample import downsample, out_shape
+from .io.layout import level_chunks, level_shards
+from .io.ngff import ImageMeta, Level, plate_images, read_attrs, read_image, write_image_metadata
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+MAX_LEVELS = 12
+
+
+class Params(TaskParams):
+    input: str = Field(description="OME-Zarr image, or plate (every field image gets a pyramid)")
+    method: Literal["auto", "mean", "mode", "nearest"] = Field(
+        "auto", description="auto: mode for label images (image-label metadata), mean otherwise")
+    factor: int = Field(2, ge=2, le=8, description="downsampling factor in y and x")
+    z_factor: Literal["auto"] | int = Field(
+        "auto", description="z factor per level: auto = 2 where it makes voxels more isotropic, else an integer (1 = never)")
+    levels: int | None = Field(None, ge=2, le=MAX_LEVELS, description="total levels incl. level 0 (default: down to min_size)")
+    min_size: int = Field(256, ge=1, description="stop once a level's largest y/x side is at most this")
+    target_chunk_mb: float | None = Field(None, gt=0, description="chunk size to keep at low levels (default: level 0's, at least 1 MB)")
+    shard_mb: float | None = Field(64.0, gt=0, description="zarr v3: shard size per level (null: no shards)")
+    codec: Codec | None = Field(None, description="codec of new levels (default: level 0's Blosc settings, else zstd)")
+    unit_mb: float = Field(16.0, gt=0, description="target output size of one unit of work")
+
+    def ledger_root(self) -> Path:
+        return Path(self.input)
+
+    def output_path(self) -> Path:
+        return Path(self.input)
+
+
+def _images(p: Params) -> list[str]:
+    found = plate_images(Path(p.input))
+    return found if found is not None else [""]
+
+
+def _method(p: Params, meta: ImageMeta) -> str:
+    if p.method != "auto":
+        return p.method
+    return "mode" if "image-label" in meta.attrs else "mean"
+
+
+def level_plan(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...], Level]]:
+    """[(factors, shape, Level)] for levels 1.. from level 0's shape and transforms."""
+    names = meta.axis_names
+    yx = [names.index("y"), names.index("x")]
+    z = names.index("z") if "z" in names else None
+    method = _method(p, meta)
+    out = []
+    shape = tuple(shape0)
+    scale = list(meta.levels[0].scale)
+    translation = list(meta.levels[0].translation or [0.0] * len(shape))
+    while len(out) + 1 < (p.levels or MAX_LEVELS):
+        if p.levels is None and max(shape[a] for a in yx) <= p.min_size:
+            break
+        factors = [1] * len(shape)
+        for a in yx:
+            factors[a] = p.factor if shape[a] > 1 else 1
+        if z is not None and shape[z] > 1:
+            if p.z_factor == "auto":
+                factors[z] = 2 if scale[z] * 2 <= min(scale[a] * factors[a] for a in yx) else 1
+            else:
+                factors[z] = int(p.z_factor)
+        if all(f == 1 for f in factors):
+            break
+        if method != "nearest":
+            translation = [t + (f - 1) / 2 * s for t, f, s in zip(translation, factors, scale)]
+        scale = [s * f for s, f in zip(scale, factors)]
+        shape = out_shape(shape, tuple(factors))
+        out.append((tuple(factors), shape, Level(str(len(out) + 1), list(scale), list(translation))))
+    return out
+
+
+def _codec(p: Params, arr: zarr.Array) -> Codec:
+    if p.codec is not None:
+        return p.codec
+    for c in arr.compressors:
+        cfg = c.to_dict().get("configuration", {}) if hasattr(c, "to_dict") else {}
+        cname = cfg.get("cname") or getattr(c, "cname", None)
+        if cname:
+            shuffle = str(cfg.get("shuffle", "shuffle")).replace("BloscShuffle.", "")
+            shuffle = {"0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
+            return Codec(cname=cname, clevel=int(cfg.get("clevel", 5)), shuffle=shuffle)
+    return Codec()
+
+
+def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array) -> list[tuple[tuple[int, ...], ArraySpec, Level]]:
+    spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
+    itemsize = arr0.dtype.itemsize
+    base = tuple(arr0.chunks)
+    target = int(p.target_chunk_mb * 2**20) if p.target_chunk_mb else max(math.prod(base) * itemsize, 2**20)
+    codec = _codec(p, arr0)
+    specs = []
+    for factors, shape, level in level_plan(p, meta, tuple(arr0.shape)):
+        chunks = level_chunks(shape, base, spatial, itemsize, target)
+        shards = None
+        if meta.zarr_format == 3 and p.shard_mb:
+            shards = level_shards(shape, chunks, spatial, itemsize, int(p.shard_mb * 2**20))
+            shards = None if shards == chunks else shards
+        specs.append((factors, ArraySpec(shape, str(arr0.dtype), chunks, shards, codec, meta.zarr_format,
+                                         tuple(meta.axis_names)), level))
+    return specs
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    units: list[Unit] = []
+    for image in _images(p):
+        root = Path(p.input) / image
+        meta = read_image(root)
+        if len(meta.levels) > 1 and not ctx.resume:
+            if not ctx.overwrite:
+                raise OutputExistsError(f"{root}: already has {len(meta.levels)} levels; --overwrite "
+                                        f"rebuilds levels 1.. from level 0")
+            # metadata first lists level 0 only, so it never points at arrays being rebuilt
+            _write_levels(root, meta, meta.levels[:1])
+        arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
+        method = _method(p, meta)
+        prev = meta.levels[0].path
+        for factors, spec, level in _level_specs(p, meta, arr0):
+            ensure_array(root, level.path, spec, ctx)
+            for i, reg in enumerate(group_regions(spec.shape, spec.write_block, arr0.dtype.itemsize,
+                                                  int(p.unit_mb * 2**20))):
+                units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": int(level.path),
+                              "image": image, "src": prev, "dst": level.path, "factors": list(factors),
+                              "method": method, "region": [list(r) for r in reg]})
+            prev = level.path
+    return units
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    root = Path(p.input) / unit["image"]
+    src = zarr.open_array(str(root / unit["src"]), mode="r")
+    dst = zarr.open_array(str(root / unit["dst"]), mode="r+")
+    factors = unit["factors"]
+    src_region = tuple(slice(a * f, min(b * f, n)) for (a, b), f, n in zip(unit["region"], factors, src.shape))
+    data = np.asarray(src[src_region])
+    out = downsample(data, tuple(factors), unit["method"])
+    if out.dtype != dst.dtype:
+        raise InputError(f"{root}: level {unit['dst']} would be {out.dtype}, level 0 is {dst.dtype}")
+    dst[region_slices(unit["region"])] = out
+    return out.nbytes
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    for image in _images(p):
+        root = Path(p.input) / image
+        meta = read_image(root)
+        arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
+        levels = [meta.levels[0]] + [level for _, _, level in level_plan(p, meta, tuple(arr0.shape))]
+        _write_levels(root, meta, levels)
+
+
+def _write_levels(root: Path, meta: ImageMeta, levels: list[Level]) -> None:
+    ms = meta.attrs["multiscales"][0]
+    extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
+    write_image_metadata(root, meta.version, meta.axes, levels, name=ms.get("name"), extra=extra)
+
+
+def describe_unit(unit: Unit) -> str:
+    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
+    return f"image {unit['image'] or '.'} level {unit['dst']} region {where}"
