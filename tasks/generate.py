@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
-from .io.ngff import NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.ngff import NgffVersion, NGFF_FORMATS, Level, make_axes, write_image_metadata
 from .io.synthetic import Blobs, render, to_dtype
 from .runtime.contract import PlanContext, TaskParams, Unit
 
@@ -31,7 +31,7 @@ class Params(TaskParams):
     blob_radius: float = Field(6.0, gt=0, description="mean blob radius in pixels")
     pixel_size: list[float] | None = Field(None, description="physical size per spatial axis (micrometer)")
     seed: int = 0
-    ngff_version: Literal["0.4", "0.5"] = "0.5"
+    ngff_version: NgffVersion = "0.5"
     codec: Codec = Field(default_factory=Codec)
     unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
 

@@ -26,7 +26,7 @@ from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regio
 from .io.cellvoyager import read_cellvoyager, unlisted_images
 from .io.hcs import (channel_windows, field_axes, field_levels, field_path, field_shape, split_side,
                      well_origins, write_field_image, write_plate)
-from .io.ngff import NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.ngff import NgffVersion, NGFF_FORMATS, Level, make_axes, write_image_metadata
 from .io.pattern import read_pattern_series
 from .io.planes import plane_header, read_plane
 from .io.volume import open_volume
@@ -53,7 +53,7 @@ class Params(TaskParams):
     missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
     allow_extra_files: bool = Field(False, description="cellvoyager: accept image files the mlf does not list")
     check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
-    ngff_version: Literal["0.4", "0.5"] = "0.5"
+    ngff_version: NgffVersion = "0.5"
     chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
     codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=3, shuffle="bitshuffle"))
 

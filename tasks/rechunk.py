@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from .errors import ConfigError, InputError
 from .io.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_nbytes,
                         region_slices)
-from .io.ngff import NGFF_FORMATS, ImageMeta, read_attrs, read_image, write_image_metadata
+from .io.ngff import NgffVersion, NGFF_FORMATS, ImageMeta, read_attrs, read_image, write_image_metadata
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 UNIT_MB = 64
@@ -28,7 +28,7 @@ class Params(TaskParams):
     shards: list[int] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
     codec: Codec = Field(default_factory=Codec)
     unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
-    ngff_version: Literal["0.4", "0.5"] | None = Field(None, description="output NGFF version (default: the input's)")
+    ngff_version: NgffVersion | None = Field(None, description="output NGFF version (default: the input's)")
 
     @model_validator(mode="after")
     def _check(self) -> "Params":

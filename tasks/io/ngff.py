@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import zarr
+from pydantic import BeforeValidator
 
 from ..errors import InputError, InputNotFoundError
 from .atomic import read_json
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
+# YAML reads `0.4` as a number: accept it as the version string users mean.
+NgffVersion = Annotated[Literal["0.4", "0.5"], BeforeValidator(lambda v: str(v) if isinstance(v, float) else v)]
 
 
 @dataclass

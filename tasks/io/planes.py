@@ -26,6 +26,8 @@ def read_plane(path: str | Path) -> np.ndarray:
         raise InputNotFoundError(f"{path}: file not found") from err
     except Exception as err:  # noqa: BLE001 - any decoder failure means a corrupt or foreign file
         raise InputError(f"{path}: cannot read image ({type(err).__name__}: {err})") from err
+    if arr.size == 0:
+        raise InputError(f"{path}: cannot read image (no pixel data: corrupt or truncated file)")
     arr = np.squeeze(arr)
     if arr.ndim != 2:
         raise InputError(f"{path}: expected one 2D plane, found shape {arr.shape}")

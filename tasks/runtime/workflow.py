@@ -178,14 +178,15 @@ def _check_inputs(ordered: list[Step], doc: Located) -> None:
 
 
 def apply_set(data: dict[str, Any], item: str) -> None:
-    """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, booleans)."""
+    """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, booleans), or taken as
+    a plain string when it is not valid YAML."""
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set executor.kind=slurm")
     key, _, raw = item.partition("=")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError as err:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML: {err}") from None
+    except yaml.YAMLError:
+        value = raw  # e.g. a filename pattern with {braces}: a plain string
     node = data
     parts = key.split(".")
     for part in parts[:-1]:

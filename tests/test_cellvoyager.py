@@ -1,0 +1,74 @@
+"""CellVoyager metadata parsing against the values fractal-tasks-core's tests expect
+(../shared/data/yokogawa-cv7000/README.md), on the real files, unchanged."""
+from collections import Counter
+
+import pytest
+
+from hcs_fixtures import CV
+from tasks.errors import InputError, InputNotFoundError
+from tasks.io.cellvoyager import read_cellvoyager
+
+MULTIZ = "metadata_files/MeasurementData_SingleWell2Sites_MultiZ.mlf"
+DETAIL = "metadata_files/MeasurementDetail.mrf"
+
+
+def parse(mlf, mrf=DETAIL):
+    return read_cellvoyager(CV, mlf, mrf)
+
+
+def files_per_well(acq):
+    return dict(Counter(p.well_name for p in acq.planes))
+
+
+def test_single_well_two_sites_multi_z():
+    acq = parse(MULTIZ)
+    assert files_per_well(acq) == {"B03": 4}
+    assert list(acq.wells().values()) == [[1, 2]]
+    assert sorted({p.x_um for p in acq.planes}) == [-1448.3, -1032.3]
+    assert {p.y_um for p in acq.planes} == {-1517.7}
+    assert acq.n_z == 2 and acq.z_step == 1.0
+    assert acq.pixel_size_yx == (0.1625, 0.1625) and acq.image_shape_yx == (2160, 2560)
+    assert acq.bit_depth == 16 and acq.dtype == "uint16"
+    assert sorted({p.time for p in acq.planes}) == ["2020-08-12T15:36:36.234+00:00",
+                                                     "2020-08-12T15:36:46.322+00:00"]
+
+
+def test_2x2_well():
+    acq = parse("metadata_files/MeasurementData_2x2_well.mlf", "metadata_files/MeasurementDetail_2x2_well.mrf")
+    assert files_per_well(acq) == {"B03": 120}
+    assert len(acq.wells()[(2, 3)]) == 4 and acq.n_z == 10 and acq.n_c == 3
+    assert sorted({p.x_um for p in acq.planes}) == [-1448.3, -1032.3]
+    assert sorted({p.y_um for p in acq.planes}) == [-1517.7, -1166.7]
+
+
+def test_single_z():
+    acq = parse("metadata_files/MeasurementData_SingleWell2Sites_SingleZ.mlf")
+    assert files_per_well(acq) == {"B03": 2} and acq.n_z == 1 and len(acq.wells()[(2, 3)]) == 2
+
+
+def test_plate_name_that_looks_like_a_well():
+    acq = parse("metadata_files/MeasurementData_SingleWell2Sites_MultiZ_another_well_name_in_plate_name.mlf")
+    assert files_per_well(acq) == {"C03": 4, "B03": 4, "D04": 8}
+    assert set(acq.wells()) == {(2, 3), (3, 3), (4, 4)}  # B03, C03, D04 by the mlf Row/Column
+
+
+def test_1536_well_plate():
+    acq = parse("syn_1536_images/MeasurementData.mlf", "syn_1536_images/MeasurementDetail.mrf")
+    assert files_per_well(acq) == {"B03.a1": 2}
+    assert (acq.n_rows, acq.n_cols) == (32, 48) and list(acq.wells()) == [(5, 9)]
+
+
+def test_overlapping_fields_keep_their_original_positions():
+    acq = parse("metadata_files/overlapping_ROIs/MeasurementData.mlf")
+    xs = sorted({p.x_um for p in acq.planes})
+    assert xs == [-1448.3, -1032.4]  # 415.9 um apart: 0.1 um (< 1 pixel) overlap of 416 um wide fields
+    assert xs[1] - xs[0] < 2560 * 0.1625
+
+
+def test_bad_metadata_is_one_clear_error(tmp_path):
+    with pytest.raises(InputNotFoundError, match="mlf file not found"):
+        read_cellvoyager(tmp_path)
+    (tmp_path / "MeasurementData.mlf").write_text("<not xml")
+    (tmp_path / "MeasurementDetail.mrf").write_text((CV / DETAIL).read_text(encoding="utf-8-sig"))
+    with pytest.raises(InputError, match="MeasurementData.mlf: not valid XML"):
+        read_cellvoyager(tmp_path)
