@@ -8,5 +8,6 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e .
 .venv/bin/zarrmill run workflows/demo.yaml "$@"
-.venv/bin/zarrmill status zarrmill-demo/blobs-sharded.ome.zarr
+.venv/bin/zarrmill status zarrmill-demo/plate.ome.zarr
+.venv/bin/zarrmill check zarrmill-demo/plate.ome.zarr
 echo "demo done: open zarrmill-demo/*.ome.zarr with napari, or: .venv/bin/zarrmill --help"

@@ -93,3 +93,13 @@ def test_executors_write_identical_bytes(cli, tmp_path, kind):
         return tree_digest(tmp_path / name)
 
     assert run("sync", "sync") == run(kind, kind)
+
+
+def test_downstream_step_reruns_when_an_upstream_step_changed(cli, tmp_path):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(src), "copy": rechunk_step(src, dst)})
+    assert cli("run", wf)[0] == 0
+    code, _, err = cli("run", wf, "--set", "steps.gen.params.seed=9", "--overwrite")
+    assert code == 0, err
+    assert "[copy] already done" not in err
+    np.testing.assert_array_equal(zarr.open_array(str(dst / "0"))[:], zarr.open_array(str(src / "0"))[:])

@@ -28,6 +28,7 @@ MAX_FAILURES_SHOWN = 5
 @dataclass
 class StepOptions:
     overwrite: bool = False
+    upstream_changed: bool = False  # a step this one needs did work: redo this one from scratch
     retries: int = 1
     max_in_flight: int | None = None
     quiet: bool = False
@@ -71,13 +72,15 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     p_json = params.model_dump(mode="json")
     rec = StepRecord(task.name, p_json, params_hash(task.name, task.version, p_json))
     ledger = Ledger(params.ledger_root(), step)
+    if opts.upstream_changed:
+        ledger.reset()
     resume = ledger.check_params(rec, opts.overwrite)
     old = ledger.record() if resume else None
     if old is not None and old.state == "done":
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
 
-    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite)
+    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed)
     units = task.plan(params, ctx)
     _check_unique_ids(task.name, units)
     rec.n_units, rec.state = len(units), "running"

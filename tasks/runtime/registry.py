@@ -14,6 +14,7 @@ ENTRY_POINT_GROUP = "zarrmill.tasks"
 BUILTIN = {
     "cluster-check": "tasks.cluster_check",
     "generate": "tasks.generate",
+    "generate-plate": "tasks.generate_plate",
     "ingest": "tasks.ingest",
     "pyramid": "tasks.pyramid",
     "rechunk": "tasks.rechunk",

@@ -27,12 +27,16 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
         return []
     run_dir = Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
     run_dir.mkdir(parents=True, exist_ok=True)
-    opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries)
     reports = []
+    changed: set[str] = set()
     with Executor(wf.executor, wf.name, run_dir) as executor:
         for step in steps:
+            opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries,
+                               upstream_changed=any(n in changed for n in step.needs))
             report = run_step(step.name, get_task(step.task), step.params,
                               lambda: executor.client_for(step.resources), opts)
+            if report.ran:
+                changed.add(step.name)
             print(f"[{step.name}] done: {report.ran} units run, {report.skipped} skipped, "
                   f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s", file=sys.stderr, flush=True)
             reports.append(report)

@@ -1,0 +1,100 @@
+"""Write synthetic Yokogawa CellVoyager measurement folders (mlf + mrf + one TIFF per plane), for
+demos, tests and benchmarks. Each well is one continuous field of blobs; every field of view is
+the window of it at its stage position, so neighbouring fields agree where they overlap."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import numpy as np
+
+from .acquisition import row_index
+from .synthetic import Blobs, render, to_dtype
+
+BTS = "http://www.yokogawa.co.jp/BTS/BTSSchema/1.0"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    well: str  # e.g. B03
+    index: int  # 1-based field index
+    x_um: float  # stage X (top-left corner)
+    y_um: float  # image-oriented y (top-left corner); the mlf stores -y
+    origin_px: tuple[int, int]  # (y, x) of the field in its well canvas
+
+
+def well_rc(well: str) -> tuple[int, int]:
+    letters = "".join(c for c in well if c.isalpha())
+    return row_index(letters), int(well[len(letters):])
+
+
+def layout(wells: list[str], grid: tuple[int, int], shape: tuple[int, int], pixel_um: float,
+           overlap: float, jitter_um: float, seed: int) -> list[FieldSpec]:
+    """Fields on a grid per well, stepped by (1 - overlap) of a field, plus seeded stage jitter."""
+    rng = np.random.default_rng(seed)
+    step_y, step_x = (int(round(s * (1 - overlap))) for s in shape)
+    out = []
+    for well in wells:
+        for i in range(grid[0] * grid[1]):
+            r, c = divmod(i, grid[1])
+            jy, jx = (rng.integers(-1, 2, size=2) * int(round(jitter_um / pixel_um))) if jitter_um else (0, 0)
+            oy, ox = r * step_y + int(jy) + 50, c * step_x + int(jx) + 50
+            out.append(FieldSpec(well, i + 1, round(-1000.0 + ox * pixel_um, 4), round(-1500.0 + oy * pixel_um, 4), (oy, ox)))
+    return out
+
+
+def tiff_name(plate: str, well: str, t: int, field: int, z: int, ch: int) -> str:
+    return f"{plate}_{well}_T{t:04d}F{field:03d}L01A01Z{z:02d}C{ch:02d}.tif"
+
+
+def render_field(fs: FieldSpec, well_shape: tuple[int, int, int], shape: tuple[int, int], n_z: int,
+                 channel: int, dtype: str, seed: int, n_blobs: int, radius: float) -> np.ndarray:
+    """(z, y, x) pixels of one field and channel."""
+    blobs = Blobs.make(well_shape, n_blobs, radius, seed + zlib.crc32(fs.well.encode()) + 7919 * channel)
+    oy, ox = fs.origin_px
+    region = ((0, n_z), (oy, oy + shape[0]), (ox, ox + shape[1]))
+    noise = zlib.crc32(repr((seed, fs.well, fs.index, channel)).encode())
+    return to_dtype(render(blobs, region, labels=False, noise_seed=noise), np.dtype(dtype))
+
+
+def mlf_record(fs: FieldSpec, plate: str, t: int, z: int, ch: int, z_step: float) -> str:
+    r, c = well_rc(fs.well)
+    return (f'<bts:MeasurementRecord bts:Type="IMG" bts:Time="2024-05-01T10:{fs.index % 60:02d}:{z:02d}.000+00:00" '
+            f'bts:Column="{c}" bts:Row="{r}" bts:TimePoint="{t}" bts:FieldIndex="{fs.index}" bts:ZIndex="{z}" '
+            f'bts:TimelineIndex="1" bts:ActionIndex="1" bts:Action="3D" bts:X="{fs.x_um}" bts:Y="{-fs.y_um}" '
+            f'bts:Z="{(z - 1) * z_step}" bts:Ch="{ch}">{escape(tiff_name(plate, fs.well, t, fs.index, z, ch))}'
+            f'</bts:MeasurementRecord>')
+
+
+def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float) -> str:
+    records = [mlf_record(fs, plate, 1, z, ch, z_step) for fs in fields
+               for z in range(1, n_z + 1) for ch in range(1, n_c + 1)]
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementData bts:Version="1.0" xmlns:bts="{BTS}">\n'
+            + "\n".join(records) + "\n</bts:MeasurementData>\n")
+
+
+def mrf_text(plate: str, n_rows: int, n_cols: int, n_c: int, shape: tuple[int, int], pixel_um: float,
+             bit_depth: int) -> str:
+    channels = "\n".join(
+        f'  <bts:MeasurementChannel bts:Ch="{ch}" bts:HorizontalPixelDimension="{pixel_um}" '
+        f'bts:VerticalPixelDimension="{pixel_um}" bts:CameraNumber="{ch}" bts:InputBitDepth="{bit_depth}" '
+        f'bts:InputLevel="1000" bts:HorizontalPixels="{shape[1]}" bts:VerticalPixels="{shape[0]}" '
+        f'bts:FilterWheelPosition="{ch}" bts:FilterPosition="1" bts:ShadingCorrectionSource="" />'
+        for ch in range(1, n_c + 1))
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementDetail bts:Version="1.0" '
+            f'bts:Title="{escape(plate)}" bts:ColumnCount="{n_cols}" bts:RowCount="{n_rows}" '
+            f'bts:TimePointCount="1" bts:TargetSystem="CV7000 (synthetic)" xmlns:bts="{BTS}">\n'
+            f'  <bts:MeasurementSamplePlate bts:Name="{escape(plate)}" />\n{channels}\n</bts:MeasurementDetail>\n')
+
+
+def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], fs: FieldSpec) -> int:
+    import tifffile
+
+    nbytes = 0
+    for ch, zyx in enumerate(pixels_czyx, start=1):
+        for z, plane in enumerate(zyx, start=1):
+            tifffile.imwrite(folder / tiff_name(plate, fs.well, 1, fs.index, z, ch), plane)
+            nbytes += plane.nbytes
+    return nbytes

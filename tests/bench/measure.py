@@ -1,0 +1,59 @@
+"""Run a command and measure wall time and peak RSS of its whole process tree (dask workers
+included), sampled every 50 ms."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass
+class Measured:
+    seconds: float
+    peak_mb: float
+    output: str
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc] + proc.children(recursive=True):
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_measured(cmd: list[str], cwd: str | None = None) -> Measured:
+    t0 = time.perf_counter()
+    popen = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = psutil.Process(popen.pid)
+    peak = 0
+    while popen.poll() is None:
+        try:
+            peak = max(peak, tree_rss(proc))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    out = popen.stdout.read() if popen.stdout else ""
+    seconds = time.perf_counter() - t0
+    if popen.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({popen.returncode}):\n{out[-3000:]}")
+    return Measured(seconds, peak / 2**20, out)
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def zarrmill(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tasks", *args]
+
+
+def table(rows: list[tuple], headers: tuple) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
