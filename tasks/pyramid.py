@@ -30,6 +30,7 @@ from .io.ngff import ImageMeta, Level, plate_images, read_attrs, read_image, wri
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
+SLAB_BYTES = 4 * 2**20
 
 
 class Params(TaskParams):
@@ -42,7 +43,7 @@ class Params(TaskParams):
     levels: int | None = Field(None, ge=2, le=MAX_LEVELS, description="total levels incl. level 0 (default: down to min_size)")
     min_size: int = Field(256, ge=1, description="stop once a level's largest y/x side is at most this")
     target_chunk_mb: float | None = Field(None, gt=0, description="chunk size to keep at low levels (default: level 0's, at least 1 MB)")
-    shard_mb: float | None = Field(64.0, gt=0, description="zarr v3: shard size per level (null: no shards)")
+    shard_mb: float | None = Field(16.0, gt=0, description="zarr v3: shard size per level (null: no shards)")
     codec: Codec | None = Field(None, description="codec of new levels (default: level 0's Blosc settings, else zstd)")
     unit_mb: float = Field(16.0, gt=0, description="target output size of one unit of work")
 
@@ -137,32 +138,66 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
                                         f"rebuilds levels 1.. from level 0")
             # metadata first lists level 0 only, so it never points at arrays being rebuilt
             _write_levels(root, meta, meta.levels[:1])
-        arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
-        method = _method(p, meta)
-        prev = meta.levels[0].path
-        for factors, spec, level in _level_specs(p, meta, arr0):
-            ensure_array(root, level.path, spec, ctx)
-            for i, reg in enumerate(group_regions(spec.shape, spec.write_block, arr0.dtype.itemsize,
-                                                  int(p.unit_mb * 2**20))):
-                units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": int(level.path),
-                              "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                              "method": method, "region": [list(r) for r in reg]})
-            prev = level.path
+        units += plan_image_levels(p, Path(p.input), image, meta, ctx)
     return units
 
 
+def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+                      first_stage: int = 1) -> list[Unit]:
+    """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
+    stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
+    root = base / image
+    arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
+    method = _method(p, meta)
+    prev = meta.levels[0].path
+    units: list[Unit] = []
+    for factors, spec, level in _level_specs(p, meta, arr0):
+        ensure_array(root, level.path, spec, ctx)
+        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, arr0.dtype.itemsize,
+                                              int(p.unit_mb * 2**20))):
+            units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + int(level.path) - 1,
+                          "image": image, "src": prev, "dst": level.path, "factors": list(factors),
+                          "method": method, "region": [list(r) for r in reg]})
+        prev = level.path
+    return units
+
+
+def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[Level]:
+    """Every level's transforms, level 0 included (what the metadata lists once all are written)."""
+    return [meta.levels[0]] + [level for _, _, level in level_plan(p, meta, shape0)]
+
+
 def run_unit(p: Params, unit: Unit) -> int:
-    root = Path(p.input) / unit["image"]
+    return run_level_unit(Path(p.input), unit)
+
+
+def run_level_unit(base: Path, unit: Unit) -> int:
+    """Build one region of one level from the previous level as stored. The region (a whole
+    shard) is assembled slab by slab, so memory is the shard plus one slab, not 2^n x the shard."""
+    root = base / unit["image"]
     src = zarr.open_array(str(root / unit["src"]), mode="r")
     dst = zarr.open_array(str(root / unit["dst"]), mode="r+")
-    factors = unit["factors"]
-    src_region = tuple(slice(a * f, min(b * f, n)) for (a, b), f, n in zip(unit["region"], factors, src.shape))
-    data = np.asarray(src[src_region])
-    out = downsample(data, tuple(factors), unit["method"])
-    if out.dtype != dst.dtype:
-        raise InputError(f"{root}: level {unit['dst']} would be {out.dtype}, level 0 is {dst.dtype}")
-    dst[region_slices(unit["region"])] = out
+    factors = tuple(unit["factors"])
+    region = [tuple(r) for r in unit["region"]]
+    out = np.empty(tuple(b - a for a, b in region), dtype=dst.dtype)
+    for slab in _slabs(region, dst.dtype.itemsize):
+        src_region = tuple(slice(a * f, min(b * f, n)) for (a, b), f, n in zip(slab, factors, src.shape))
+        part = downsample(np.asarray(src[src_region]), factors, unit["method"])
+        if part.dtype != dst.dtype:
+            raise InputError(f"{root}: level {unit['dst']} would be {part.dtype}, level 0 is {dst.dtype}")
+        out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part
+    dst[region_slices(region)] = out
     return out.nbytes
+
+
+def _slabs(region: list[tuple[int, int]], itemsize: int) -> list[list[tuple[int, int]]]:
+    """Split a region along its first axis longer than 1 into slabs of about SLAB_BYTES output."""
+    sizes = [b - a for a, b in region]
+    axis = next((i for i, n in enumerate(sizes) if n > 1), 0)
+    row_bytes = math.prod(sizes) // max(sizes[axis], 1) * itemsize
+    step = max(1, SLAB_BYTES // max(row_bytes, 1))
+    a0, b0 = region[axis]
+    return [region[:axis] + [(a, min(a + step, b0))] + region[axis + 1:] for a in range(a0, b0, step)]
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
@@ -170,8 +205,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         root = Path(p.input) / image
         meta = read_image(root)
         arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
-        levels = [meta.levels[0]] + [level for _, _, level in level_plan(p, meta, tuple(arr0.shape))]
-        _write_levels(root, meta, levels)
+        _write_levels(root, meta, pyramid_levels(p, meta, tuple(arr0.shape)))
 
 
 def _write_levels(root: Path, meta: ImageMeta, levels: list[Level]) -> None:

@@ -18,6 +18,7 @@ BUILTIN = {
     "ingest": "tasks.ingest",
     "pyramid": "tasks.pyramid",
     "rechunk": "tasks.rechunk",
+    "reshard": "tasks.reshard",
 }
 
 

@@ -1,0 +1,319 @@
+"""Reshard a plate: the fields of view (FOVs) of each well into one well-level image, each FOV
+placed by its physical coordinates, plus an optional low-resolution plate overview.
+
+Per well, a new image (``image_name``, default ``well``) holds every FOV at its position (any
+layout: 1x4, 2x2, 9x8, irregular; gaps are zero; overlaps follow ``overlap``, see
+tasks/io/placement.py), for every channel, z and time point, with a FOV table (Fractal ROI-table
+columns, ngio's CSV table backend) to find each FOV again. Level 0 chunks divide the FOV size and,
+on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
+``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
+files instead of one per FOV. One unit per output shard; no two units write the same shard.
+
+Into the same plate (``output`` unset: each well's metadata gains the new image, written last) or
+a new plate (``output``: plate and well metadata copied, one image per well). The overview
+(``overview: true``) is an image ``overview`` in the plate: each well at its plate position at
+about ``overview_size`` pixels, its own small pyramid, and ``zarrmill.overview`` attributes
+mapping each well path to its box."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import zarr
+from pydantic import Field, field_validator
+
+from . import pyramid
+from .errors import InputError
+from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
+from .io.fov_table import table_rows, write_fov_table
+from .io.hcs import split_side
+from .io.layout import level_shards
+from .io.ngff import NGFF_FORMATS, ImageMeta, Level, ome_format, read_attrs, read_image, write_image_metadata
+from .io.overview import OverviewLayout, overview_layout
+from .io.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+OVERVIEW = "overview"
+OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
+
+
+class Params(TaskParams):
+    input: str = Field(description="HCS plate whose wells hold several FOV images")
+    output: str | None = Field(None, description="new plate to write (default: add an image to each well of input)")
+    image_name: str = Field("well", description="name of the well image (letters and digits)")
+    overlap: Policy = Field("first", description="overlapping pixels: first, last, mean, or shift FOVs apart")
+    level: int = Field(0, ge=0, description="FOV pyramid level to reshard")
+    chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="level-0 chunk [y, x] (default: divides the FOV)")
+    shard_mb: float = Field(64.0, gt=0, description="shard size of the lower levels")
+    min_size: int = Field(256, ge=1, description="pyramid: stop once a level's largest side is at most this")
+    overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
+    overview_size: int = Field(256, ge=16, description="overview: about this many pixels per well side")
+    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=3, shuffle="bitshuffle"))
+    unit_mb: float = Field(32.0, gt=0)
+
+    @field_validator("image_name")
+    @classmethod
+    def _alnum(cls, v: str) -> str:
+        if not v.isalnum():
+            raise ValueError("image_name must be letters and digits only (NGFF well image paths)")
+        return v
+
+    def ledger_root(self) -> Path:
+        return Path(self.output or self.input)
+
+    def output_path(self) -> Path:
+        return Path(self.output or self.input)
+
+    def pyramid_params(self) -> pyramid.Params:
+        return pyramid.Params(input=str(self.output_path()), method="mean", z_factor="auto",
+                              min_size=self.min_size, shard_mb=self.shard_mb, codec=self.codec)
+
+
+# -- reading the wells (driver) ---------------------------------------------------------------------
+class Well:
+    """The FOVs of one well, placed on its canvas (level ``p.level`` of each FOV)."""
+
+    def __init__(self, p: Params, path: str):
+        self.path = path
+        attrs, _ = read_attrs(Path(p.input) / path)
+        images = [im["path"] for im in attrs.get("well", {}).get("images", []) if im["path"] != p.image_name]
+        if not images:
+            raise InputError(f"{Path(p.input) / path}: well has no field images")
+        metas = [read_image(Path(p.input) / path / im) for im in images]
+        self.meta = metas[0]
+        names = self.meta.axis_names
+        self.spatial = [i for i, a in enumerate(names) if a in "zyx"]
+        level = self._level(self.meta, p.level)
+        self.scale = tuple(level.scale[i] for i in self.spatial)
+        fovs = []
+        for i, (im, meta) in enumerate(zip(images, metas)):
+            own = self._level(meta, p.level)
+            arr = zarr.open_array(str(meta.path / own.path), mode="r")
+            if i == 0:
+                self.dtype, self.lead_shape = arr.dtype, tuple(n for k, n in enumerate(arr.shape) if k not in self.spatial)
+            self._check_same(meta, own, arr, names, level)
+            tr = own.translation or [0.0] * len(names)
+            fovs.append(Fov(f"FOV_{i + 1}", f"{path}/{im}", tuple(tr[k] for k in self.spatial),
+                            tuple(arr.shape[k] for k in self.spatial), extra={"level_path": own.path}))
+        self.fovs, self.origin = place(fovs, self.scale, p.overlap)
+        self.shape = self.lead_shape + canvas_shape(self.fovs)
+
+    @staticmethod
+    def _level(meta: ImageMeta, k: int) -> Level:
+        if k >= len(meta.levels):
+            raise InputError(f"{meta.path}: has {len(meta.levels)} levels, level {k} asked")
+        return meta.levels[k]
+
+    def _check_same(self, meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level) -> None:
+        if meta.axis_names != names:
+            raise InputError(f"{meta.path}: axes {meta.axis_names} differ from the well's {names}")
+        if [round(s, 9) for s in own.scale] != [round(s, 9) for s in ref.scale]:
+            raise InputError(f"{meta.path}: pixel size {own.scale} differs from the well's {ref.scale}")
+        if arr.dtype != self.dtype:
+            raise InputError(f"{meta.path}: dtype {arr.dtype} differs from the well's {self.dtype}")
+        lead = tuple(n for k, n in enumerate(arr.shape) if k not in self.spatial)
+        if lead != self.lead_shape:
+            raise InputError(f"{meta.path}: channel/time sizes {lead} differ from the well's {self.lead_shape}")
+
+    def spec(self, p: Params, zarr_format: int) -> ArraySpec:
+        fov_yx = self.fovs[0].size[-2:]
+        cy, cx = p.chunk_yx or (split_side(fov_yx[0]), split_side(fov_yx[1]))
+        n = len(self.shape)
+        chunks = (1,) * (n - 2) + (min(cy, self.shape[-2]), min(cx, self.shape[-1]))
+        shards = None
+        if zarr_format == 3:
+            if is_regular_grid(self.fovs) and not p.chunk_yx:
+                shards = (1,) * (n - 2) + tuple(fov_yx)  # one shard per FOV plane, aligned with the grid
+            else:
+                fov_bytes = math.prod(fov_yx) * self.dtype.itemsize
+                shards = level_shards(self.shape, chunks, [n - 2, n - 1], self.dtype.itemsize, fov_bytes)
+        return ArraySpec(self.shape, str(self.dtype), chunks, shards, p.codec, zarr_format,
+                         tuple(self.meta.axis_names))
+
+    def image_meta(self, root: Path, version: str) -> ImageMeta:
+        """Metadata of the well image (level 0): FOV pixel size, translation = the well origin."""
+        translation = [0.0] * len(self.meta.axis_names)
+        for k, o in zip(self.spatial, self.origin):
+            translation[k] = o
+        level0 = Level("0", list(self.meta.levels[0].scale), translation)
+        omero = {k: v for k, v in self.meta.attrs.items() if k == "omero"}
+        return ImageMeta(root, version, self.meta.axes, [level0], {"multiscales": [{}], **omero})
+
+    def fovs_in(self, region: list[tuple[int, int]]) -> list[dict]:
+        """The FOVs touching a canvas region (spatial axes), as JSON for a unit."""
+        out = []
+        for f in self.fovs:
+            if all(a < p + s and p < b for (a, b), p, s in zip(region, f.pixel, f.size)):
+                out.append({"path": f.path, "level_path": f.extra["level_path"], "pixel": list(f.pixel),
+                            "size": list(f.size)})
+        return out
+
+
+def read_wells(p: Params) -> tuple[dict, list[Well], str]:
+    attrs, zf = read_attrs(Path(p.input))
+    plate = attrs.get("plate")
+    if plate is None:
+        raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
+    return plate, [Well(p, w["path"]) for w in plate["wells"]], ("0.5" if zf == 3 else "0.4")
+
+
+# -- plan / run / finish ----------------------------------------------------------------------------
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    plate, wells, version = read_wells(p)
+    zf = NGFF_FORMATS[version]
+    out = p.output_path()
+    ensure_group(out, zf)
+    units: list[Unit] = []
+    for well in wells:
+        units += _plan_well(p, well, version, zf, ctx)
+    if p.overview:
+        units += _plan_overview(p, plate, wells, version, ctx)
+    return units
+
+
+def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -> list[Unit]:
+    out = p.output_path()
+    for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
+        ensure_group(out / part, zf)
+    image = out / well.path / p.image_name
+    spec = well.spec(p, zf)
+    ensure_array(image, "0", spec, ctx)
+    n_lead = len(well.lead_shape)
+    units: list[Unit] = [
+        {"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "region": [list(r) for r in reg],
+         "fovs": well.fovs_in(reg[n_lead:])}
+        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, well.dtype.itemsize,
+                                              int(p.unit_mb * 2**20)))]
+    return units + pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+                                             well.image_meta(image, version), ctx)
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    kind = unit.get("kind")
+    if kind == "compose":
+        dst = p.output_path() / unit["well"] / p.image_name / "0"
+        return _paint(Path(p.input), unit, dst, p.overlap)
+    if kind == "overview":
+        return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
+    return pyramid.run_level_unit(p.output_path(), unit)
+
+
+def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
+    """Compose one region from the sources listed in the unit and write it (whole shards)."""
+    dst = zarr.open_array(str(dst_path), mode="r+")
+    region = [tuple(r) for r in unit["region"]]
+    n_lead = dst.ndim - len(unit["fovs"][0]["size"]) if unit["fovs"] else dst.ndim - 2
+    lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
+    fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit["fovs"]]
+
+    def read(fov: Fov, spatial: tuple[slice, ...]) -> np.ndarray:
+        arr = zarr.open_array(str(base / fov.path / fov.extra["level_path"]), mode="r")
+        # a source may have fewer planes on a lead axis (overview: wells with fewer z): zero-pad
+        lead = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(lead_sl, arr.shape))
+        data = np.asarray(arr[lead + spatial])
+        pad = [(0, (s.stop - s.start) - d) for s, d in zip(lead_sl, data.shape[:n_lead])]
+        return np.pad(data, pad + [(0, 0)] * len(spatial)) if any(b for _, b in pad) else data
+
+    data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]), read)
+    dst[region_slices(region)] = data
+    return data.nbytes
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    plate, wells, version = read_wells(p)
+    zf = NGFF_FORMATS[version]
+    pp = p.pyramid_params()
+    for well in wells:
+        image = p.output_path() / well.path / p.image_name
+        meta = well.image_meta(image, version)
+        extra = {k: v for k, v in meta.attrs.items() if k != "multiscales"}
+        write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
+                             name=f"{well.path} {p.image_name}", extra=extra)
+        axes = "".join(a for a in meta.axis_names if a in "zyx")
+        write_fov_table(image, table_rows(well.fovs, well.scale, axes), zf, str(Path(p.input).resolve()))
+    if p.overview:
+        _finish_overview(p, plate, wells, version)
+    _write_wells(p, plate, wells, version)
+
+
+def _write_wells(p: Params, plate: dict, wells: list[Well], version: str) -> None:
+    """Well (and plate) metadata last: the new image is listed only once it is complete."""
+    from ome_zarr.writer import write_plate_metadata, write_well_metadata
+
+    out, fmt, zf = p.output_path(), ome_format(version), NGFF_FORMATS[version]
+    for well in wells:
+        if p.output:
+            images = [{"path": p.image_name, "acquisition": 0}]
+        else:
+            attrs, _ = read_attrs(out / well.path)
+            images = [im for im in attrs["well"]["images"] if im["path"] != p.image_name]
+            images.append({"path": p.image_name, "acquisition": images[0].get("acquisition", 0)})
+        write_well_metadata(zarr.open_group(str(out / well.path), mode="a", zarr_format=zf), images, fmt=fmt)
+    if p.output:
+        write_plate_metadata(zarr.open_group(str(out), mode="a", zarr_format=zf),
+                             [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
+                             [w["path"] for w in plate["wells"]], fmt=fmt, name=plate.get("name"),
+                             field_count=1, acquisitions=plate.get("acquisitions") or [{"id": 0}])
+
+
+# -- plate overview -----------------------------------------------------------------------------------
+def _overview_plan(p: Params, plate: dict, wells: list[Well], version: str) -> tuple[OverviewLayout, int, Level]:
+    """(layout, well level used, that level's transforms): the first well level whose largest
+    y/x side is at most overview_size."""
+    pp = p.pyramid_params()
+    first = wells[0]
+    levels = pyramid.pyramid_levels(pp, first.image_meta(Path(), version), first.shape)
+    k = next((i for i, lv in enumerate(levels) if max(
+        math.ceil(n * levels[0].scale[-1] / lv.scale[-1]) for n in first.shape[-2:]) <= p.overview_size),
+        len(levels) - 1)
+    shapes = {}
+    for well in wells:
+        plan_k = pyramid.level_plan(pp, well.image_meta(Path(), version), well.shape)
+        shapes[well.path] = well.shape if k == 0 else plan_k[min(k, len(plan_k)) - 1][1]
+    return overview_layout(plate, shapes), k, levels[k]
+
+
+def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext) -> list[Unit]:
+    layout, k, level = _overview_plan(p, plate, wells, version)
+    zf = NGFF_FORMATS[version]
+    root = p.output_path() / OVERVIEW
+    ensure_group(root, zf)
+    dtype = wells[0].dtype
+    n = len(layout.shape)
+    chunks = tuple(1 if i < n - 2 else min(512, size) for i, size in enumerate(layout.shape))
+    shards = level_shards(layout.shape, chunks, [n - 2, n - 1], dtype.itemsize, int(p.shard_mb * 2**20)) if zf == 3 else None
+    spec = ArraySpec(layout.shape, str(dtype), chunks, shards, p.codec, zf, tuple(wells[0].meta.axis_names))
+    ensure_array(root, "0", spec, ctx)
+    units: list[Unit] = []
+    for i, reg in enumerate(group_regions(spec.shape, spec.write_block, dtype.itemsize, int(p.unit_mb * 2**20))):
+        boxes = [{"path": f"{w}/{p.image_name}", "level_path": str(k), "pixel": list(o),
+                  "size": list(layout.sizes[w][-2:])} for w, o in layout.origins.items()]
+        hit = [b for b in boxes if all(a < q + s and q < c for (a, c), q, s in zip(reg[n - 2:], b["pixel"], b["size"]))]
+        units.append({"id": f"{OVERVIEW}:0:{i}", "kind": "overview", "stage": OVERVIEW_STAGE,
+                      "region": [list(r) for r in reg], "fovs": hit})
+    meta = ImageMeta(root, version, wells[0].meta.axes, [Level("0", list(level.scale), None)], {"multiscales": [{}]})
+    return units + pyramid.plan_image_levels(p.pyramid_params(), p.output_path(), OVERVIEW, meta, ctx,
+                                             first_stage=OVERVIEW_STAGE + 1)
+
+
+def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) -> None:
+    layout, k, level = _overview_plan(p, plate, wells, version)
+    root = p.output_path() / OVERVIEW
+    meta = ImageMeta(root, version, wells[0].meta.axes, [Level("0", list(level.scale), None)], {"multiscales": [{}]})
+    omero = {key: v for key, v in wells[0].meta.attrs.items() if key == "omero"}
+    write_image_metadata(root, version, meta.axes, pyramid.pyramid_levels(p.pyramid_params(), meta, layout.shape),
+                         name="plate overview", extra=omero)
+    zarr.open_group(str(root), mode="a", zarr_format=NGFF_FORMATS[version]).attrs["zarrmill"] = {"overview": {
+        "source_image": p.image_name, "source_level": str(k),
+        "wells": {w: {"y": o[0], "x": o[1], "height": layout.sizes[w][-2], "width": layout.sizes[w][-1]}
+                  for w, o in layout.origins.items()}}}
+
+
+def describe_unit(unit: Unit) -> str:
+    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
+    if unit.get("kind") == "compose":
+        return f"well {unit['well']} level 0 region {where} ({len(unit['fovs'])} FOVs)"
+    if unit.get("kind") == "overview":
+        return f"plate overview region {where}"
+    return pyramid.describe_unit(unit)

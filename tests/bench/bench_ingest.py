@@ -1,0 +1,82 @@
+"""ingest of a generated CellVoyager-like plate vs the floor and vs a naive loop.
+
+  python tests/bench/bench_ingest.py [--wells 4] [--grid 3] [--z 5] [--channels 2] [--shape 1080,1280]
+
+- floor: read every TIFF and compress every byte with the same Blosc codec on all cores
+  (multiprocessing, nothing written): no converter can beat it;
+- naive: one process, for each field tifffile.imread every plane, stack, ome-zarr-py write_image
+  (level 0 only, same codec);
+- zarrmill: ``zarrmill task ingest`` on a LocalCluster (all cores), plate + metadata written.
+Goals: zarrmill >= 0.7x the floor's throughput, >= 2x the naive loop.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from measure import python, run_measured, table, zarrmill
+
+FLOOR = """
+import os, glob, time, tifffile, numcodecs
+from multiprocessing import Pool
+codec = numcodecs.Blosc(cname="zstd", clevel=3, shuffle=numcodecs.Blosc.BITSHUFFLE)
+def one(path):
+    return len(codec.encode(tifffile.imread(path)))
+files = sorted(glob.glob({folder!r} + "/*.tif"))
+with Pool(os.cpu_count()) as pool:
+    out = sum(pool.map(one, files, chunksize=4))
+print("compressed bytes", out)
+"""
+
+NAIVE = """
+import numpy as np, tifffile, zarr
+from ome_zarr.writer import write_image
+from tasks.io.cellvoyager import read_cellvoyager
+from tasks.io.hcs import field_path
+acq = read_cellvoyager({folder!r})
+for (r, c, f), planes in acq.fields().items():
+    stack = np.zeros((acq.n_c, acq.n_z) + acq.image_shape_yx, dtype=acq.dtype)
+    for pl in planes:
+        stack[pl.c, pl.z] = tifffile.imread(pl.path)
+    group = zarr.open_group({out!r} + "/" + field_path(r, c, f, acq), mode="w", zarr_format=3)
+    write_image(stack, group, axes="czyx", scale_factors=[],
+                storage_options=dict(chunks=(1, 1) + acq.image_shape_yx,
+                compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wells", type=int, default=4)
+    ap.add_argument("--grid", type=int, default=3)
+    ap.add_argument("--z", type=int, default=5)
+    ap.add_argument("--channels", type=int, default=2)
+    ap.add_argument("--shape", default="1080,1280")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-ingest-"))
+    raw = work / "raw"
+    wells = [f"{'BCDEFG'[i % 6]}{3 + i // 6:02d}" for i in range(args.wells)]
+    run_measured(zarrmill("task", "generate-plate", "--set", f"output={raw}", "--set", f"wells={wells}",
+                          "--set", f"grid=[{args.grid},{args.grid}]", "--set", f"z_planes={args.z}",
+                          "--set", f"channels={args.channels}", "--set", f"shape=[{args.shape}]",
+                          "--executor", "local"))
+    files = list(raw.glob("*.tif"))
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    floor = run_measured(python(FLOOR.format(folder=str(raw))))
+    naive = run_measured(python(NAIVE.format(folder=str(raw), out=str(work / "naive.zarr"))))
+    ours = run_measured(zarrmill("task", "ingest", "--set", f"input={raw}", "--set",
+                                 f"output={work / 'plate.zarr'}", "--executor", "local"))
+    rows = [(name, f"{m.seconds:.1f}", f"{mb / m.seconds:.0f}", f"{m.peak_mb:.0f}",
+             f"{floor.seconds / m.seconds:.2f}x", f"{naive.seconds / m.seconds:.2f}x")
+            for name, m in (("floor: read + compress, all cores", floor),
+                            ("naive: tifffile + ome-zarr write_image", naive), ("zarrmill ingest", ours))]
+    print(f"{len(files)} TIFFs, {mb:.0f} MB")
+    print(table(rows, ("method", "wall s", "MB/s", "peak RSS MB", "vs floor", "vs naive")))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
