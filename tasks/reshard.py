@@ -8,6 +8,8 @@ columns, ngio's CSV table backend) to find each FOV again. Level 0 chunks divide
 on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
 ``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
 files instead of one per FOV. One unit per output shard; no two units write the same shard.
+All well images of a plate get the same canvas size (the largest, zero-padded at the far edges),
+so plate viewers (ome-zarr-py, napari) can tile them.
 
 Into the same plate (``output`` unset: each well's metadata gains the new image, written last) or
 a new plate (``output``: plate and well metadata copied, one image per well). The overview
@@ -155,7 +157,13 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
     plate = attrs.get("plate")
     if plate is None:
         raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
-    return plate, [Well(p, w["path"]) for w in plate["wells"]], ("0.5" if zf == 3 else "0.4")
+    wells = [Well(p, w["path"]) for w in plate["wells"]]
+    # One canvas size for every well (zero-padded), so plate viewers can tile wells on a grid.
+    if len({len(w.shape) for w in wells}) == 1:
+        common = tuple(max(sizes) for sizes in zip(*[w.shape for w in wells]))
+        for well in wells:
+            well.shape = common
+    return plate, wells, ("0.5" if zf == 3 else "0.4")
 
 
 # -- plan / run / finish ----------------------------------------------------------------------------
@@ -231,7 +239,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
                              name=f"{well.path} {p.image_name}", extra=extra)
         axes = "".join(a for a in meta.axis_names if a in "zyx")
-        write_fov_table(image, table_rows(well.fovs, well.scale, axes), zf, str(Path(p.input).resolve()))
+        write_fov_table(image, table_rows(well.fovs, well.scale, well.origin, axes), zf, str(Path(p.input).resolve()))
     if p.overview:
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version)

@@ -28,8 +28,11 @@ TABLE = "FOV_ROI_table"
 AXES = ("z", "y", "x")
 
 
-def table_rows(fovs: list[Fov], scale: tuple[float, ...], axes: str) -> list[dict[str, Any]]:
-    """``axes``: the spatial axis names of the FOVs ('zyx' or 'yx'); a missing z reads as 0 / 1."""
+def table_rows(fovs: list[Fov], scale: tuple[float, ...], origin: tuple[float, ...], axes: str
+               ) -> list[dict[str, Any]]:
+    """``axes``: the spatial axis names of the FOVs ('zyx' or 'yx'; a missing z reads as 0 / 1).
+    Placed micrometers are where the pixels are in the well image; originals are the FOV's exact
+    translation, both relative to the well image's origin."""
     rows = []
     for f in fovs:
         row: dict[str, Any] = {"FieldIndex": f.name}
@@ -39,7 +42,7 @@ def table_rows(fovs: list[Fov], scale: tuple[float, ...], axes: str) -> list[dic
             s = scale[k] if k >= 0 else 1.0
             row[f"{ax}_micrometer"] = round(px * s, 6)
             row[f"len_{ax}_micrometer"] = round(size * s, 6)
-            row[f"{ax}_micrometer_original"] = round(px0 * s, 6)
+            row[f"{ax}_micrometer_original"] = round(f.origin_um[k] - origin[k], 6) if k >= 0 else 0.0
             row[f"{ax}_pixel"], row[f"{ax}_pixel_original"], row[f"len_{ax}_pixel"] = px, px0, size
         row["source_path"] = f.path
         rows.append(row)
