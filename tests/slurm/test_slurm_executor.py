@@ -122,3 +122,33 @@ def test_submit_runs_the_driver_as_a_batch_job(cli, slurm, tmp_path, monkeypatch
     assert "[gen] done" in log.read_text(), log.read_text()
     code, out, _ = cli("status", tmp_path / "a.zarr")
     assert code == 0 and "done" in out
+
+
+def test_hcs_chain_on_four_slurm_workers_matches_single_process(cli, slurm, tmp_path):
+    """generate-plate -> ingest -> pyramid -> reshard (+ overview) with 4 worker jobs vs sync."""
+    def steps(root):
+        return {
+            "acquire": {"task": "generate-plate", "params": {
+                "output": str(root / "raw"), "wells": ["B03", "C04"], "grid": [3, 3], "shape": [96, 128],
+                "z_planes": 2, "overlap": 0.05, "jitter_um": 0.5}},
+            "ingest": {"task": "ingest", "needs": ["acquire"], "params": {
+                "input": str(root / "raw"), "output": str(root / "plate.zarr")}},
+            "pyramid": {"task": "pyramid", "needs": ["ingest"], "params": {
+                "input": str(root / "plate.zarr"), "min_size": 32}},
+            "reshard": {"task": "reshard", "needs": ["pyramid"], "params": {
+                "input": str(root / "plate.zarr"), "overlap": "mean", "overview": True,
+                "overview_size": 64, "min_size": 64, "shard_mb": 1, "unit_mb": 0.1}},
+        }
+
+    assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(tmp_path / "sync")))[0] == 0
+    wf = write_workflow(tmp_path / "slurm.yaml", steps(tmp_path / "slurm"), name="hcs-chain",
+                        executor=slurm_executor(slurm, tmp_path, jobs=4))
+    code, _, err = cli("run", wf)
+    assert code == 0, err
+    sync, slurm_out = tree_digest(tmp_path / "sync"), tree_digest(tmp_path / "slurm")
+    assert set(sync) == set(slurm_out) and len([k for k in sync if "/c/" in k]) > 50
+    for rel in (k for k in sync if sync[k] != slurm_out[k]):
+        # only metadata naming its own absolute folder may differ, and only by that folder
+        a = (tmp_path / "sync" / rel).read_text().replace(str(tmp_path / "sync"), "ROOT")
+        b = (tmp_path / "slurm" / rel).read_text().replace(str(tmp_path / "slurm"), "ROOT")
+        assert a == b, rel
