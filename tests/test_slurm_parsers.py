@@ -43,7 +43,8 @@ def test_slurm_kwargs_layering(tmp_path):
     kw = slurm_cluster_kwargs(spec, "my wf", tmp_path, Resources(cores=2, walltime="00:10:00"))
     assert kw["memory"] == "2GB" and kw["cores"] == 2 and kw["walltime"] == "00:10:00"
     assert kw["queue"] == "debug" and kw["job_name"] == "zm-my-wf"
-    assert kw["job_script_prologue"] == ["export PYTHONSAFEPATH=1", f"cd {tmp_path}", "module load x"]
+    assert kw["job_script_prologue"][0] == "export PYTHONSAFEPATH=1"
+    assert kw["job_script_prologue"][-2:] == [f"cd {tmp_path}", "module load x"]
     assert kw["log_directory"] == str(tmp_path / "logs")
 
 

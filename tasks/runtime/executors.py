@@ -19,6 +19,11 @@ from .slurm import job_state, sanitize_job_name, tail_file
 from .spec import ExecutorSpec, Resources
 
 SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
+# dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers, which turns off glibc's dynamic mmap
+# threshold: every large array/codec buffer is then mmapped and page-faulted afresh. Units here
+# allocate tens of MB each; unsetting it made a rechunk on 2 workers 1.7x faster (2.82 -> 1.62 s).
+UNSET_TRIM = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+UNSET_TRIM_ENV = "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_=None"
 
 
 class Executor:
@@ -50,10 +55,10 @@ class Executor:
         workers = self.spec.workers or (1 if kind == "threads" else os.cpu_count() or 1)
         threads = (os.cpu_count() or 1) if kind == "threads" else self.spec.threads_per_worker
         memory = self.spec.memory_limit or int(psutil.virtual_memory().total * 0.8 / workers)
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
-                               processes=kind == "local", dashboard_address=":0",
-                               silence_logs=logging.ERROR,
-                               local_directory=str(self.run_dir / "dask"))
+        with dask.config.set({UNSET_TRIM: None}):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
+                                   processes=kind == "local", dashboard_address=":0",
+                                   silence_logs=logging.ERROR, local_directory=str(self.run_dir / "dask"))
         return cluster, Client(cluster)
 
     def dashboard_links(self) -> list[str]:
@@ -91,7 +96,7 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
     # A user's own tasks.py (or any module) in the submit folder must never shadow the package.
     prologue = list(kwargs.get("job_script_prologue")
                     or dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])
-    kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", f"cd {run_dir}"] + prologue
+    kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV, f"cd {run_dir}"] + prologue
     kwargs.setdefault("python", sys.executable)
     kwargs.setdefault("local_directory", str(run_dir / "dask"))
     return kwargs

@@ -57,3 +57,22 @@ def table(rows: list[tuple], headers: tuple) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def drop_caches() -> bool:
+    """Empty the page cache (root only), so the next read comes from disk, as for data larger than
+    RAM. Returns False where that is not allowed."""
+    try:
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def files_and_bytes(path) -> tuple[int, int]:
+    from pathlib import Path
+
+    files = [f for f in Path(path).rglob("*") if f.is_file() and ".zarrmill" not in f.parts]
+    return len(files), sum(f.stat().st_size for f in files)
