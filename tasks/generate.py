@@ -11,8 +11,16 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
-from .io.ngff import NgffVersion, NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    ensure_group,
+    group_regions,
+    open_for_write,
+    region_slices,
+)
+from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic import Blobs, render, to_dtype
 from .runtime.contract import PlanContext, TaskParams, Unit
 
@@ -72,7 +80,6 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 
 def run_unit(p: Params, unit: Unit) -> int:
-    import zarr
 
     region = [tuple(r) for r in unit["region"]]
     space_shape = tuple(p.shape[i] for i in p.spatial)
@@ -87,7 +94,7 @@ def run_unit(p: Params, unit: Unit) -> int:
         if p.kind == "blobs" and absolute:
             values = values * (1.0 + 0.25 * sum(absolute))  # channels/timepoints differ in brightness
         out[tuple(index)] = to_dtype(values, np.dtype(p.dtype))
-    arr = zarr.open_array(str(Path(p.output) / "0"), mode="r+")
+    arr = open_for_write(Path(p.output) / "0")
     arr[region_slices(region)] = out
     return out.nbytes
 

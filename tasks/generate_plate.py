@@ -13,7 +13,14 @@ from typing import Literal
 from pydantic import Field
 
 from .io.atomic import atomic_write_bytes
-from .io.synthetic_cv import FieldSpec, layout, mlf_text, mrf_text, render_field, write_field_tiffs
+from .io.synthetic_cv import (
+    FieldSpec,
+    layout,
+    mlf_text,
+    mrf_text,
+    render_field,
+    write_field_tiffs,
+)
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 

@@ -22,11 +22,28 @@ from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
 from .io.acquisition import Acquisition
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    ensure_group,
+    group_regions,
+    open_for_write,
+    region_slices,
+)
 from .io.cellvoyager import read_cellvoyager, unlisted_images
-from .io.hcs import (channel_windows, field_axes, field_levels, field_path, field_shape, split_side,
-                     well_origins, write_field_image, write_plate)
-from .io.ngff import NgffVersion, NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.hcs import (
+    channel_windows,
+    field_axes,
+    field_levels,
+    field_path,
+    field_shape,
+    split_side,
+    well_origins,
+    write_field_image,
+    write_plate,
+)
+from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.pattern import read_pattern_series
 from .io.planes import plane_header, read_plane
 from .io.volume import open_volume
@@ -55,7 +72,9 @@ class Params(TaskParams):
     check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
     ngff_version: NgffVersion = "0.5"
     chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
-    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=3, shuffle="bitshuffle"))
+    # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
+    # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
+    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
 
     @model_validator(mode="after")
     def _check(self) -> "Params":
@@ -177,7 +196,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 def run_unit(p: Params, unit: Unit) -> int:
     if "region" in unit:
         return _run_image_unit(p, unit)
-    arr = zarr.open_array(str(Path(p.output) / unit["field"] / "0"), mode="r+")
+    arr = open_for_write(Path(p.output) / unit["field"] / "0")
     lead = (unit["t"],) if unit["has_t"] else ()
     written = set()
     nbytes = 0
@@ -252,13 +271,13 @@ def _run_image_unit(p: Params, unit: Unit) -> int:
         data = vol.read([tuple(r) for r in unit["region"]])
     finally:
         vol.close()
-    zarr.open_array(str(Path(p.output) / "0"), mode="r+")[region_slices(unit["region"])] = data
+    open_for_write(Path(p.output) / "0")[region_slices(unit["region"])] = data
     return data.nbytes
 
 
 def _finish_image(p: Params) -> None:
-    from .io.hcs import omero
     from .io.acquisition import Channel
+    from .io.hcs import omero
 
     spec, sizes, axes = _image_spec(p)
     scale = [sizes.get(a, 1.0) for a in axes]

@@ -23,10 +23,23 @@ import zarr
 from pydantic import Field
 
 from .errors import InputError, OutputExistsError
-from .io.arrays import ArraySpec, Codec, ensure_array, group_regions, region_slices
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    group_regions,
+    open_for_write,
+    region_slices,
+)
 from .io.downsample import downsample, out_shape
 from .io.layout import level_chunks, level_shards
-from .io.ngff import ImageMeta, Level, plate_images, read_attrs, read_image, write_image_metadata
+from .io.ngff import (
+    ImageMeta,
+    Level,
+    plate_images,
+    read_image,
+    write_image_metadata,
+)
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
@@ -143,7 +156,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 
 def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
-                      first_stage: int = 1) -> list[Unit]:
+                      first_stage: int = 1, sparse: bool = False) -> list[Unit]:
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
     root = base / image
@@ -157,7 +170,7 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
                                               int(p.unit_mb * 2**20))):
             units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + int(level.path) - 1,
                           "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                          "method": method, "region": [list(r) for r in reg]})
+                          "method": method, "sparse": sparse, "region": [list(r) for r in reg]})
         prev = level.path
     return units
 
@@ -176,7 +189,7 @@ def run_level_unit(base: Path, unit: Unit) -> int:
     shard) is assembled slab by slab, so memory is the shard plus one slab, not 2^n x the shard."""
     root = base / unit["image"]
     src = zarr.open_array(str(root / unit["src"]), mode="r")
-    dst = zarr.open_array(str(root / unit["dst"]), mode="r+")
+    dst = open_for_write(root / unit["dst"], sparse=unit.get("sparse", False))
     factors = tuple(unit["factors"])
     region = [tuple(r) for r in unit["region"]]
     out = np.empty(tuple(b - a for a, b in region), dtype=dst.dtype)

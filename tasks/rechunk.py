@@ -6,16 +6,30 @@ complete: an interrupted rechunk is never a valid-looking image."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
-from .io.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_nbytes,
-                        region_slices)
-from .io.ngff import NgffVersion, NGFF_FORMATS, ImageMeta, read_attrs, read_image, write_image_metadata
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    ensure_group,
+    group_regions,
+    open_for_write,
+    region_nbytes,
+    region_slices,
+)
+from .io.ngff import (
+    NGFF_FORMATS,
+    ImageMeta,
+    NgffVersion,
+    read_attrs,
+    read_image,
+    write_image_metadata,
+)
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 UNIT_MB = 64
@@ -92,7 +106,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 def run_unit(p: Params, unit: Unit) -> int:
     sl = region_slices(unit["region"])
     src = zarr.open_array(str(Path(p.input) / unit["path"]), mode="r")
-    dst = zarr.open_array(str(Path(p.output) / unit["path"]), mode="r+")
+    dst = open_for_write(Path(p.output) / unit["path"])
     data = np.asarray(src[sl])
     dst[sl] = data
     return region_nbytes(unit["region"], data.dtype.itemsize)

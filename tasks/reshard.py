@@ -27,11 +27,27 @@ from pydantic import Field, field_validator
 
 from . import pyramid
 from .errors import InputError
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, region_slices
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    ensure_group,
+    group_regions,
+    open_for_write,
+    region_slices,
+)
 from .io.fov_table import table_rows, write_fov_table
 from .io.hcs import split_side
 from .io.layout import level_shards
-from .io.ngff import NGFF_FORMATS, ImageMeta, Level, ome_format, read_attrs, read_image, write_image_metadata
+from .io.ngff import (
+    NGFF_FORMATS,
+    ImageMeta,
+    Level,
+    ome_format,
+    read_attrs,
+    read_image,
+    write_image_metadata,
+)
 from .io.overview import OverviewLayout, overview_layout
 from .io.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.contract import PlanContext, TaskParams, Unit
@@ -51,7 +67,7 @@ class Params(TaskParams):
     min_size: int = Field(256, ge=1, description="pyramid: stop once a level's largest side is at most this")
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
     overview_size: int = Field(256, ge=16, description="overview: about this many pixels per well side")
-    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=3, shuffle="bitshuffle"))
+    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
     unit_mb: float = Field(32.0, gt=0)
 
     @field_validator("image_name")
@@ -194,7 +210,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, well.dtype.itemsize,
                                               int(p.unit_mb * 2**20)))]
     return units + pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                             well.image_meta(image, version), ctx)
+                                             well.image_meta(image, version), ctx, sparse=True)
 
 
 def run_unit(p: Params, unit: Unit) -> int:
@@ -209,7 +225,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
     """Compose one region from the sources listed in the unit and write it (whole shards)."""
-    dst = zarr.open_array(str(dst_path), mode="r+")
+    dst = open_for_write(dst_path, sparse=True)
     region = [tuple(r) for r in unit["region"]]
     n_lead = dst.ndim - len(unit["fovs"][0]["size"]) if unit["fovs"] else dst.ndim - 2
     lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
@@ -302,7 +318,7 @@ def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx:
                       "region": [list(r) for r in reg], "fovs": hit})
     meta = ImageMeta(root, version, wells[0].meta.axes, [Level("0", list(level.scale), None)], {"multiscales": [{}]})
     return units + pyramid.plan_image_levels(p.pyramid_params(), p.output_path(), OVERVIEW, meta, ctx,
-                                             first_stage=OVERVIEW_STAGE + 1)
+                                             first_stage=OVERVIEW_STAGE + 1, sparse=True)
 
 
 def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) -> None:

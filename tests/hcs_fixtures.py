@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import tifffile
-
 from conftest import SHARED
 
 CV = SHARED / "data" / "yokogawa-cv7000"

@@ -7,11 +7,10 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from conftest import SHARED
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
-
-from conftest import SHARED
 
 NGFF = SHARED / "ngff"
 KIND_SCHEMA = {"multiscales": "image", "plate": "plate", "well": "well", "image-label": "label"}

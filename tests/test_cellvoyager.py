@@ -3,8 +3,8 @@
 from collections import Counter
 
 import pytest
-
 from hcs_fixtures import CV
+
 from tasks.errors import InputError, InputNotFoundError
 from tasks.io.cellvoyager import read_cellvoyager
 

@@ -1,13 +1,12 @@
 """zarrmill check: the official suites agree with our validator; structural checks catch what the
 schemas cannot."""
 import json
-import shutil
 
 import pytest
 import zarr
-
 from conftest import SHARED
 from helpers import generate_step, write_workflow
+
 from tasks.io.conformance import SCHEMA_DIR, check_store, validator
 
 NGFF = SHARED / "ngff"

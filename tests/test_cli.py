@@ -3,7 +3,6 @@ import json
 
 import jsonschema
 import yaml
-
 from conftest import REPO, zarrmill_subprocess
 from helpers import generate_step, write_workflow
 
@@ -26,7 +25,7 @@ def test_schema_validates_the_shipped_workflows_and_rejects_bad_ones(cli):
         if "for_each" not in doc:
             jsonschema.validate(doc, schema)
     bad = yaml.safe_load((REPO / "workflows" / "demo.yaml").read_text())
-    bad["steps"]["rechunk"]["params"]["shardz"] = [1]
+    bad["steps"]["ingest"]["params"]["shardz"] = [1]
     validator = jsonschema.Draft202012Validator(schema)
     assert list(validator.iter_errors(bad)), "unknown parameter must fail the generated schema"
 

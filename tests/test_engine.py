@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-
 from conftest import tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tifffile
 import zarr
-
-from hcs_fixtures import CV, cellvoyager_folder, copy_png_folder
+from hcs_fixtures import cellvoyager_folder, copy_png_folder
 from ngff_official import validate_store
+
 from tasks.io.conformance import check_store
 from tasks.io.planes import read_plane
 

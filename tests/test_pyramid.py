@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-
 from conftest import tree_digest
 from helpers import write_workflow
 from ngff_official import validate_store
+
 from tasks.io.conformance import check_store
 
 

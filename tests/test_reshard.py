@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tifffile
 import zarr
-
 from hcs_fixtures import cellvoyager_folder
 from ngff_official import validate_store
+
 from tasks.io.conformance import check_store
 from tasks.io.fov_table import read_fov, read_fov_table
 from tasks.io.planes import read_plane

@@ -2,8 +2,13 @@
 import pytest
 
 from tasks.runtime.executors import slurm_cluster_kwargs
-from tasks.runtime.slurm import (SlurmCommandError, parse_sacct_states, parse_sbatch_parsable,
-                                 parse_scontrol_job, sanitize_job_name)
+from tasks.runtime.slurm import (
+    SlurmCommandError,
+    parse_sacct_states,
+    parse_sbatch_parsable,
+    parse_scontrol_job,
+    sanitize_job_name,
+)
 from tasks.runtime.spec import ExecutorSpec, Resources
 
 SACCT = """12|COMPLETED|0:0

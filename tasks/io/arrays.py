@@ -75,6 +75,14 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: PlanContext) -> za
     return zarr.create_array(str(path), **kwargs)
 
 
+def open_for_write(path: str | Path, sparse: bool = False) -> zarr.Array:
+    """Open an output array in a unit. Dense writers skip zarr's is-this-chunk-empty check, which
+    compares every chunk with its fill value and cost as much as compressing it (measured: 14 of
+    34 ms per 1080x1280 uint16 plane). Sparse outputs (mosaics with gaps) keep it, so empty
+    chunks are not stored."""
+    return zarr.open_array(str(path), mode="r+", config={"write_empty_chunks": not sparse})
+
+
 def _exists(path: Path) -> bool:
     return (path / "zarr.json").exists() or (path / ".zarray").exists()
 

@@ -6,7 +6,6 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__

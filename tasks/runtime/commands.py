@@ -5,7 +5,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 from ..errors import ConfigError
 from .cli import command, print_json
 from .ledger import list_steps

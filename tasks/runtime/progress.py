@@ -25,8 +25,13 @@ class Progress:
             self._start_rich()
 
     def _start_rich(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
-        from rich.progress import TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError, InputNotFoundError
 from .contract import TaskParams
 from .registry import get_task
-from .spec import Resources, WorkflowSpec, ExecutorSpec
+from .spec import ExecutorSpec, Resources, WorkflowSpec
 from .variables import resolve_vars, substitute
 from .yamlpos import Located, load_located, loads_located
 

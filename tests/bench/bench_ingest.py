@@ -21,7 +21,7 @@ from measure import python, run_measured, table, zarrmill
 FLOOR = """
 import os, glob, time, tifffile, numcodecs
 from multiprocessing import Pool
-codec = numcodecs.Blosc(cname="zstd", clevel=3, shuffle=numcodecs.Blosc.BITSHUFFLE)
+codec = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.BITSHUFFLE)
 def one(path):
     return len(codec.encode(tifffile.imread(path)))
 files = sorted(glob.glob({folder!r} + "/*.tif"))
@@ -43,7 +43,7 @@ for (r, c, f), planes in acq.fields().items():
     group = zarr.open_group({out!r} + "/" + field_path(r, c, f, acq), mode="w", zarr_format=3)
     write_image(stack, group, axes="czyx", scale_factors=[],
                 storage_options=dict(chunks=(1, 1) + acq.image_shape_yx,
-                compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")))
+                compressors=zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")))
 """
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-
 from measure import drop_caches, files_and_bytes, run_measured, table, zarrmill
 
 

@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import squeue_names, tree_digest
 from helpers import generate_step, rechunk_step, write_workflow
 
