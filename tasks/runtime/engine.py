@@ -43,6 +43,7 @@ class StepReport:
     ran: int
     seconds: float
     bytes: int = 0
+    unit_seconds: float = 0.0  # time spent running units (without planning, start-up, finish)
     failures: list[str] = field(default_factory=list)
 
 
@@ -94,6 +95,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     if client is not None:
         _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
+    t_units = time.monotonic()
     try:
         runner = _run_inline if client is None else _run_on_client
         for stage in _stages(todo):
@@ -109,6 +111,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
                 break  # later stages read what this one writes
             ledger.flush()
     finally:
+        report.unit_seconds = time.monotonic() - t_units
         progress.close()
         ledger.close()
     if report.failures:

@@ -37,7 +37,9 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
                               lambda: executor.client_for(step.resources), opts)
             if report.ran:
                 changed.add(step.name)
+            rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0
             print(f"[{step.name}] done: {report.ran} units run, {report.skipped} skipped, "
-                  f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s", file=sys.stderr, flush=True)
+                  f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s (units {report.unit_seconds:.1f}s, "
+                  f"{rate:.0f} MB/s)", file=sys.stderr, flush=True)
             reports.append(report)
     return reports
