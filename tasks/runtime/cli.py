@@ -57,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("status", "show the ledger of an output: units done per step")
     p.add_argument("output")
 
+    p = add("tune", "measure compression layouts and codecs for random patch reads on your data")
+    p.add_argument("input", help="sample data: .npy/TIFF file(s), folder of cases, zarr or OME-Zarr")
+    p.add_argument("--patch", required=True, help="training patch size, e.g. 128,128,128 or 20,50,50")
+    p.add_argument("--output", required=True, help="folder for tune.csv, tune.png, recommended.yaml")
+    p.add_argument("--seconds", type=float, default=60.0, help="time budget for the read measurements")
+    p.add_argument("--processes", type=int, default=1, help="reader processes (training workers)")
+    p.add_argument("--policy", choices=["ratio", "speed", "balanced"], default="balanced")
+    p.add_argument("--overwrite", action="store_true")
+
     p = add("check", "validate a store against the OME-NGFF schemas plus structural checks")
     p.add_argument("store")
 

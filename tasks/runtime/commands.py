@@ -47,11 +47,32 @@ def cmd_task(args: argparse.Namespace) -> int:
     params = dict(doc.data)
     for item in args.set:
         apply_set(params, item)
-    located = Located({"name": args.name, "executor": {"kind": args.executor},
-                       "steps": {args.name: {"task": args.name, "params": params}}},
-                      doc.source, {("steps", args.name, "params") + k: v for k, v in doc.positions.items()})
+    run_single_task(args.name, params, args.executor, args.overwrite, doc)
+    return 0
+
+
+def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc: Located | None = None) -> None:
+    """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
+    doc = doc or Located({}, "command line", {})
+    located = Located({"name": name, "executor": {"kind": executor},
+                       "steps": {name: {"task": name, "params": params}}},
+                      doc.source, {("steps", name, "params") + k: v for k, v in doc.positions.items()})
     wf: Workflow = build_workflow(located)
-    run_workflow(wf, overwrite=args.overwrite)
+    run_workflow(wf, overwrite=overwrite)
+
+
+@command("tune")
+def cmd_tune(args: argparse.Namespace) -> int:
+    try:
+        patch = [int(x) for x in args.patch.split(",")]
+    except ValueError:
+        raise ConfigError(f"--patch {args.patch!r}: expected integers separated by commas, e.g. 128,128,128") from None
+    params = {"input": args.input, "output": args.output, "patch": patch, "seconds": args.seconds,
+              "processes": args.processes, "policy": args.policy}
+    # inline: the measurements must not compete with worker processes for the CPU
+    run_single_task("tune", params, "sync", args.overwrite)
+    print(f"results: {Path(args.output) / 'tune.csv'}, {Path(args.output) / 'tune.png'}; "
+          f"use: zarrmill task compress --params {Path(args.output) / 'recommended.yaml'} --set input=... --set output=...")
     return 0
 
 

@@ -13,12 +13,14 @@ from .contract import Task
 ENTRY_POINT_GROUP = "zarrmill.tasks"
 BUILTIN = {
     "cluster-check": "tasks.cluster_check",
+    "compress": "tasks.compress",
     "generate": "tasks.generate",
     "generate-plate": "tasks.generate_plate",
     "ingest": "tasks.ingest",
     "pyramid": "tasks.pyramid",
     "rechunk": "tasks.rechunk",
     "reshard": "tasks.reshard",
+    "tune": "tasks.tune",
 }
 
 

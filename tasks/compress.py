@@ -1,0 +1,178 @@
+"""Compress arrays for fast random patch reads: Blosc2 ``.b2nd`` files (one per case, read with
+``blosc2.open(path, mmap_mode="r")`` or ``tasks.io.b2store.open_patches``) or a zarr v3 store with
+Blosc codecs that stock zarr-python and ome-zarr-py read.
+
+Inputs: a .npy / TIFF file, a folder of them (one case per file, as nnU-Net keeps them), a zarr
+array or an OME-Zarr image (``level``). Axes stay as the input has them (channels first); the last
+``len(patch)`` axes are spatial. Chunk and block shapes come from the training patch size
+(tasks/io/b2layout.py documents the rule; ``layout: nnunet`` or ``blosc2`` select the baselines,
+``chunks``/``blocks`` override). With ``codec: auto`` the codec, level and filter are chosen by trial
+on sampled chunks under ``policy`` and recorded in each output. Lossless: every slab written is read
+back and compared. One unit per case (b2nd) or per group of whole chunks (zarr)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from .errors import ConfigError, InputError
+from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, region_slices
+from .io.atomic import atomic_write_json
+from .io.b2layout import nnunet_layout, patch_layout
+from .io.b2store import cparams, write_b2nd
+from .io.codec_trial import Policy, choose, run_trials, sample_chunks
+from .io.sources import Source, case_paths, describe, open_source
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+SUMMARY = "zarrmill-compress.json"
+ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
+
+
+class Params(TaskParams):
+    input: str = Field(description=".npy/TIFF file, folder of cases, zarr array or OME-Zarr image")
+    output: str = Field(description="folder of .b2nd files (format b2nd), or a .zarr store (format zarr)")
+    format: Literal["b2nd", "zarr"] = "b2nd"
+    patch: list[int] = Field(min_length=2, max_length=3, description="training patch size, spatial axes (e.g. [128,128,128] or [20,50,50])")
+    layout: Literal["zarrmill", "nnunet", "blosc2"] = Field("zarrmill", description="chunk/block rule; nnunet and blosc2 are baselines")
+    chunks: list[int] | None = Field(None, description="override chunk shape (all axes)")
+    blocks: list[int] | None = Field(None, description="override block shape (all axes, b2nd)")
+    codec: Literal["auto", "lz4", "lz4hc", "zstd", "blosclz", "zlib"] = "auto"
+    clevel: int = Field(5, ge=0, le=9, description="level when codec is not auto")
+    filter: Literal["shuffle", "bitshuffle", "nofilter"] = Field("shuffle", description="when codec is not auto")
+    policy: Policy = Field("balanced", description="codec trial: ratio, speed or balanced")
+    trial_chunks: int = Field(4, ge=1, le=64, description="chunks sampled for the codec trial")
+    shards: list[int] | None = Field(None, description="zarr: shard shape, whole chunks")
+    level: int = Field(0, ge=0, description="OME-Zarr input: pyramid level")
+    axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
+    unit_mb: float = Field(64.0, gt=0)
+
+
+def _sources(p: Params) -> list[Source]:
+    return [open_source(path, p.level, p.axes) for path in case_paths(p.input)]
+
+
+def layout_for(p: Params, src: Source) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    spatial = src.shape[-len(p.patch):]
+    if len(src.shape) < len(p.patch):
+        raise InputError(f"{src.path}: {len(src.shape)} axes, but the patch {p.patch} has {len(p.patch)}")
+    if any(pp > s for pp, s in zip(p.patch, spatial)):
+        raise InputError(f"{src.path}: patch {p.patch} is larger than the image {list(spatial)} on some "
+                         f"axis; use a smaller patch or pad the image")
+    itemsize = src.dtype.itemsize
+    if p.layout == "nnunet":
+        chunks, blocks = nnunet_layout(src.shape, itemsize, p.patch)
+    elif p.layout == "blosc2":
+        chunks, blocks = None, None  # blosc2's own defaults
+    else:
+        chunks, blocks = patch_layout(src.shape, itemsize, p.patch)
+    for name, value in (("chunks", p.chunks), ("blocks", p.blocks)):
+        if value is not None and len(value) != len(src.shape):
+            raise ConfigError(f"{name} {value} needs {len(src.shape)} entries for {src.path}")
+    chunks = tuple(p.chunks) if p.chunks else chunks
+    blocks = tuple(p.blocks) if p.blocks else blocks
+    if chunks is None:
+        import blosc2
+
+        chunks, blocks = blosc2.compute_chunks_blocks(src.shape, dtype=src.dtype)
+    return tuple(min(c, s) for c, s in zip(chunks, src.shape)), tuple(blocks) if blocks else None
+
+
+def codec_choice(p: Params, sources: list[Source]) -> dict:
+    if p.codec != "auto":
+        return {"codec": p.codec, "clevel": p.clevel, "filter": p.filter, "chosen_by": "parameters"}
+    samples = []
+    for src in sources[:4]:
+        chunks, _ = layout_for(p, src)
+        samples += sample_chunks(src.read, src.shape, chunks, max(1, p.trial_chunks // min(len(sources), 4)))
+    _, blocks = layout_for(p, sources[0])
+    trials = run_trials(samples, blocks or samples[0].shape)
+    if p.format == "zarr":
+        trials = [t for t in trials if t.codec in ZARR_CNAMES] or trials
+    best = choose(trials, p.policy)
+    return {"codec": best.codec, "clevel": best.clevel, "filter": best.filter, "chosen_by": f"trial ({p.policy})",
+            "trial": [t.as_dict() for t in trials]}
+
+
+def _out_path(p: Params, src: Source, n_sources: int) -> Path:
+    out = Path(p.output)
+    if p.format == "b2nd":
+        return out if (n_sources == 1 and out.suffix == ".b2nd") else out / f"{src.name}.b2nd"
+    return out / src.name
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    sources = _sources(p)
+    choice = codec_choice(p, sources)
+    out = Path(p.output)
+    (out.parent if out.suffix == ".b2nd" else out).mkdir(parents=True, exist_ok=True)
+    units: list[Unit] = []
+    if p.format == "zarr":
+        ensure_group(out, 3)
+    for i, src in enumerate(sources):
+        chunks, blocks = layout_for(p, src)
+        base = {"case": i, "name": src.name, "chunks": list(chunks), "blocks": list(blocks) if blocks else None,
+                "codec": {k: choice[k] for k in ("codec", "clevel", "filter")}}
+        if p.format == "b2nd":
+            units.append({"id": src.name, **base})
+            continue
+        spec = _zarr_spec(p, src, chunks, choice)
+        ensure_array(out, src.name, spec, ctx)
+        for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
+            units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
+    atomic_write_json(out / SUMMARY if out.suffix != ".b2nd" else out.with_suffix(".json"),
+                      {"state": "running", "codec": choice, "cases": [describe(s) for s in sources]})
+    return units
+
+
+def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) -> ArraySpec:
+    shuffle = {"nofilter": "noshuffle"}.get(choice["filter"], choice["filter"])
+    codec = Codec(cname=choice["codec"], clevel=choice["clevel"], shuffle=shuffle)
+    shards = tuple(p.shards) if p.shards else None
+    if shards and any(s % c for s, c in zip(shards, chunks)):
+        raise ConfigError(f"shards {list(shards)} must be whole multiples of chunks {list(chunks)}")
+    return ArraySpec(src.shape, str(src.dtype), chunks, shards, codec, 3, None)
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    src = _sources(p)[unit["case"]]
+    c = unit["codec"]
+    if p.format == "b2nd":
+        params = cparams(c["codec"], c["clevel"], c["filter"], src.dtype.itemsize)
+        meta = {"source": str(src.path), "patch": p.patch, "layout": p.layout, **c,
+                "chunks": unit["chunks"], "blocks": unit["blocks"]}
+        blocks = unit["blocks"] or None
+        if blocks is None:
+            import blosc2
+
+            _, blocks = blosc2.compute_chunks_blocks(src.shape, unit["chunks"], dtype=src.dtype)
+        return write_b2nd(_out_path(p, src, len(case_paths(p.input))), src.shape, src.dtype, src.read,
+                          unit["chunks"], blocks, params, meta)
+    sl = region_slices(unit["region"])
+    data = src.read(sl)
+    arr = open_for_write(Path(p.output) / src.name)
+    arr[sl] = data
+    if not np.array_equal(arr[sl], data, equal_nan=data.dtype.kind == "f"):
+        raise RuntimeError(f"{p.output}/{src.name}: round trip differs in {unit['region']}")
+    return int(data.nbytes)
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    out = Path(p.output)
+    summary_path = out / SUMMARY if out.suffix != ".b2nd" else out.with_suffix(".json")
+    summary = json.loads(summary_path.read_text())
+    sources = _sources(p)
+    cases = []
+    for src in sources:
+        path = _out_path(p, src, len(sources))
+        size = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        cases.append({**describe(src), "output": str(path), "bytes": size,
+                      "ratio": round(int(np.prod(src.shape)) * src.dtype.itemsize / max(size, 1), 3)})
+    summary.update({"state": "done", "cases": cases})
+    atomic_write_json(summary_path, summary)
+
+
+def describe_unit(unit: Unit) -> str:
+    return f"case {unit['name']}" + (f" region {unit['region']}" if "region" in unit else "")

@@ -1,0 +1,76 @@
+"""Choose codec, level and filter by trial: compress a few sampled chunks with every candidate,
+measure the compression ratio and single-thread decompression speed, pick by policy.
+
+- ``ratio``: the highest ratio (ties: faster);
+- ``speed``: among the fast codecs (lz4, lz4hc, blosclz), the fastest decompression within 10 %
+  of their best ratio;
+- ``balanced``: the highest ratio x sqrt(decompression GB/s).
+Lossless only: every candidate is decompressed and compared."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from .b2store import cparams
+
+Policy = Literal["ratio", "speed", "balanced"]
+CANDIDATES = [("lz4", 5), ("lz4hc", 5), ("lz4hc", 9), ("zstd", 1), ("zstd", 5), ("blosclz", 5)]
+FILTER_NAMES = ("shuffle", "bitshuffle", "nofilter")
+FAST = {"lz4", "lz4hc", "blosclz"}
+
+
+@dataclass(frozen=True)
+class Trial:
+    codec: str
+    clevel: int
+    filter: str
+    ratio: float
+    decompress_gbs: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sample_chunks(read, shape: Sequence[int], chunks: Sequence[int], n: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        start = [int(rng.integers(0, max(1, s - c + 1))) for s, c in zip(shape, chunks)]
+        out.append(np.ascontiguousarray(read(tuple(slice(a, min(a + c, s)) for a, c, s in zip(start, chunks, shape)))))
+    return out
+
+
+def run_trials(samples: list[np.ndarray], blocks: Sequence[int]) -> list[Trial]:
+    import blosc2
+
+    trials = []
+    for codec, clevel in CANDIDATES:
+        for filt in FILTER_NAMES:
+            raw = comp = 0
+            seconds = 0.0
+            for s in samples:
+                b = tuple(min(x, y) for x, y in zip(blocks, s.shape))
+                arr = blosc2.asarray(s, chunks=s.shape, blocks=b, cparams=cparams(codec, clevel, filt, s.itemsize))
+                t0 = time.perf_counter()
+                back = arr[...]
+                seconds += time.perf_counter() - t0
+                if not np.array_equal(back, s, equal_nan=s.dtype.kind == "f"):
+                    raise RuntimeError(f"{codec}/{filt} did not round-trip")
+                raw += s.nbytes
+                comp += arr.schunk.cbytes
+            trials.append(Trial(codec, clevel, filt, raw / comp, raw / max(seconds, 1e-9) / 1e9))
+    return trials
+
+
+def choose(trials: list[Trial], policy: Policy) -> Trial:
+    if policy == "ratio":
+        return max(trials, key=lambda t: (round(t.ratio, 3), t.decompress_gbs))
+    if policy == "speed":
+        fast = [t for t in trials if t.codec in FAST] or trials
+        best = max(t.ratio for t in fast)
+        return max((t for t in fast if t.ratio >= 0.9 * best), key=lambda t: t.decompress_gbs)
+    return max(trials, key=lambda t: t.ratio * math.sqrt(t.decompress_gbs))

@@ -1,0 +1,60 @@
+"""Measure random patch reads like training data loaders do: N reader processes, one thread each,
+random patches from random cases, for a fixed time. Optionally from a cold page cache."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def _open(path: str):
+    if path.endswith(".npy"):
+        return np.load(path, mmap_mode="r")
+    from .b2store import open_patches
+
+    return open_patches(path)
+
+
+def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, start: float) -> tuple[int, int]:
+    while time.time() < start:  # all readers begin together
+        time.sleep(0.001)
+    arrays = [_open(p) for p in paths]
+    rng = np.random.default_rng(seed)
+    n = nbytes = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = arrays[int(rng.integers(len(arrays)))]
+        spatial = a.shape[-len(patch):]
+        lead = (slice(None),) * (len(a.shape) - len(patch))
+        origin = [int(rng.integers(0, s - p + 1)) for s, p in zip(spatial, patch)]
+        out = np.array(a[lead + tuple(slice(o, o + p) for o, p in zip(origin, patch))])
+        n += 1
+        nbytes += out.nbytes
+    return n, nbytes
+
+
+def drop_page_cache() -> bool:
+    try:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def patch_throughput(paths: Sequence[str | Path], patch: Sequence[int], seconds: float = 3.0,
+                     processes: int = 1, seed: int = 0, cold: bool = False) -> tuple[float, float]:
+    """(patches/s, MB/s) summed over ``processes`` single-threaded readers."""
+    if cold and not drop_page_cache():
+        return float("nan"), float("nan")
+    args = [([str(p) for p in paths], list(patch), seconds, seed + i, time.time() + 0.5) for i in range(processes)]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes) as pool:
+        results = pool.starmap(_reader, args)
+    n = sum(r[0] for r in results)
+    mb = sum(r[1] for r in results) / 1e6
+    return n / seconds, mb / seconds

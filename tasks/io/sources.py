@@ -1,0 +1,77 @@
+"""Array sources for tasks that read whole images or cases: .npy, TIFF / OME-TIFF, zarr arrays and
+OME-Zarr images (one level). Each gives shape, dtype and ``read(slices)``; axes stay as the input
+has them (nnU-Net keeps channels first)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import InputError, InputNotFoundError
+
+SUPPORTED_KINDS = "biuf"
+
+
+@dataclass
+class Source:
+    name: str  # case name, e.g. file stem
+    path: Path
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    read: Callable[[tuple[slice, ...]], np.ndarray]
+    pixel_size: dict[str, float]
+
+
+def _zarr_source(path: Path, level: int) -> Source:
+    import zarr
+
+    from .ngff import read_attrs, read_image
+
+    attrs, _ = read_attrs(path)
+    if "multiscales" in attrs:
+        meta = read_image(path)
+        lv = meta.levels[min(level, len(meta.levels) - 1)]
+        arr = zarr.open_array(str(path / lv.path), mode="r")
+        sizes = {a: s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"}
+    else:
+        arr = zarr.open_array(str(path), mode="r")
+        sizes = {}
+    name = path.name.split(".")[0]
+    return Source(name, path, tuple(arr.shape), np.dtype(arr.dtype), lambda sl: np.asarray(arr[sl]), sizes)
+
+
+def open_source(path: str | Path, level: int = 0, axes: str | None = None) -> Source:
+    path = Path(path)
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: input does not exist")
+    if path.is_dir():
+        src = _zarr_source(path, level)
+    else:
+        from .volume import open_volume
+
+        vol = open_volume(path, axes)
+        src = Source(path.name.split(".")[0], path, vol.shape, vol.dtype,
+                     lambda sl, vol=vol: vol.read([(s.start, s.stop) for s in sl]), dict(vol.pixel_size))
+    if src.dtype.kind not in SUPPORTED_KINDS:
+        raise InputError(f"{path}: unsupported dtype {src.dtype} (integers, unsigned, floats or bool)")
+    return src
+
+
+def case_paths(path: str | Path) -> list[Path]:
+    """A folder of cases (.npy / .tif files, nnU-Net style) or one input (file, zarr, OME-Zarr)."""
+    path = Path(path)
+    if path.is_dir() and not ((path / "zarr.json").exists() or (path / ".zarray").exists()
+                              or (path / ".zgroup").exists()):
+        found = sorted(p for p in path.iterdir() if p.suffix.lower() in {".npy", ".tif", ".tiff"})
+        if not found:
+            raise InputError(f"{path}: no .npy or .tif cases in this folder")
+        return found
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: input does not exist")
+    return [path]
+
+
+def describe(src: Source) -> dict[str, Any]:
+    return {"name": src.name, "path": str(src.path), "shape": list(src.shape), "dtype": str(src.dtype)}

@@ -1,0 +1,191 @@
+"""Tune compression for random patch reads on a sample of your own data.
+
+Writes the sample (a crop of the first cases) with every candidate layout (zarrmill's rule and
+variants with half / double blocks, nnU-Net v2.8's rule, blosc2's defaults) and codec (lz4, lz4hc,
+zstd-1; shuffle or bitshuffle), measures the compression ratio and random-patch reads per second
+with N single-threaded reader processes (like training workers), within a time budget. Prints a
+table, saves ``tune.csv`` and ``tune.png`` (ratio vs patches/s, Pareto front marked), and writes
+``recommended.yaml``: parameters ``zarrmill task compress --params`` accepts. Units run one after
+another (each its own stage) so measurements never compete for the CPU."""
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import Field
+
+from .io.b2layout import nnunet_layout, patch_layout
+from .io.b2store import cparams, write_b2nd
+from .io.codec_trial import Policy
+from .io.patch_bench import patch_throughput
+from .io.sources import case_paths, open_source
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]
+FILTERS = ["shuffle", "bitshuffle"]
+LAYOUTS = ["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]
+
+
+class Params(TaskParams):
+    input: str = Field(description="a sample of your data: file(s) as compress takes them")
+    output: str = Field(description="folder for tune.csv, tune.png, recommended.yaml and sample files")
+    patch: list[int] = Field(min_length=2, max_length=3, description="training patch size (spatial axes)")
+    seconds: float = Field(60.0, gt=0, description="time budget for all read measurements")
+    processes: int = Field(1, ge=1, le=64, description="reader processes (training workers), one thread each")
+    policy: Policy = Field("balanced", description="how to pick the recommendation: ratio, speed, balanced")
+    sample_cases: int = Field(2, ge=1, description="cases of the input to sample")
+    crop: int = Field(4, ge=1, description="crop each sample case to this many patches per spatial axis")
+    layouts: list[Literal["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]] = Field(
+        default_factory=lambda: list(LAYOUTS))
+
+
+def _candidates(p: Params) -> list[dict]:
+    return [{"layout": lay, "codec": c, "clevel": lv, "filter": f} for lay in p.layouts for c, lv in CODECS for f in FILTERS]
+
+
+def _samples(p: Params):
+    out = []
+    for path in case_paths(p.input)[:p.sample_cases]:
+        src = open_source(path)
+        n = len(p.patch)
+        crop = tuple(slice(None) for _ in src.shape[:-n]) + tuple(
+            slice(0, min(s, c * p.crop)) for s, c in zip(src.shape[-n:], p.patch))
+        out.append((src.name, np.ascontiguousarray(src.read(crop))))
+    return out
+
+
+def _layout(name: str, shape: tuple[int, ...], itemsize: int, patch: list[int]):
+    if name == "nnunet":
+        return nnunet_layout(shape, itemsize, patch)
+    if name == "blosc2":
+        import blosc2
+
+        return blosc2.compute_chunks_blocks(shape, dtype=np.dtype(f"V{itemsize}"))
+    chunks, blocks = patch_layout(shape, itemsize, patch)
+    scale = {"zarrmill-half-blocks": 0.5, "zarrmill-double-blocks": 2.0}.get(name, 1.0)
+    blocks = tuple(max(1, min(c, int(b * scale))) for b, c in zip(blocks, chunks))
+    return chunks, blocks
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    out = Path(p.output)
+    out.mkdir(parents=True, exist_ok=True)
+    samples = _samples(p)  # fail early on bad input
+    for name, data in samples:
+        if any(pp > s for pp, s in zip(p.patch, data.shape[-len(p.patch):])):
+            from .errors import InputError
+
+            raise InputError(f"{name}: patch {p.patch} is larger than the image {list(data.shape)}")
+    cands = _candidates(p)
+    per = p.seconds / (len(cands) + 1)
+    units = [{"id": "npy", "stage": 0, "kind": "npy", "seconds": per}]
+    units += [{"id": f"{c['layout']}-{c['codec']}{c['clevel']}-{c['filter']}", "stage": i + 1, "kind": "b2nd",
+               "seconds": per, **c} for i, c in enumerate(cands)]
+    return units
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    out = Path(p.output) / "samples" / unit["id"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    paths, raw, comp = [], 0, 0
+    for name, data in _samples(p):
+        if unit["kind"] == "npy":
+            path = out / f"{name}.npy"
+            np.save(path, data)
+            size = path.stat().st_size
+        else:
+            path = out / f"{name}.b2nd"
+            chunks, blocks = _layout(unit["layout"], data.shape, data.itemsize, p.patch)
+            size = write_b2nd(path, data.shape, data.dtype, lambda sl, d=data: d[sl], chunks, blocks,
+                              cparams(unit["codec"], unit["clevel"], unit["filter"], data.itemsize))
+            unit = {**unit, "chunks": list(chunks), "blocks": list(blocks)}
+        paths.append(path)
+        raw += data.nbytes
+        comp += size
+    rate, mbs = patch_throughput(paths, p.patch, unit["seconds"], p.processes)
+    row = {k: unit.get(k, "") for k in ("id", "layout", "codec", "clevel", "filter")}
+    row.update({"chunks": unit.get("chunks", ""), "blocks": unit.get("blocks", ""), "ratio": round(raw / comp, 3),
+                "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1)})
+    (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
+    shutil.rmtree(out, ignore_errors=True)
+    return raw
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    out = Path(p.output)
+    rows = [yaml.safe_load(f.read_text()) for f in sorted((out / "samples").glob("*.yaml"))]
+    npy = next(r for r in rows if r["id"] == "npy")
+    rows = sorted((r for r in rows if r["id"] != "npy"), key=lambda r: -r["patches_per_s"])
+    for r in rows:
+        r["vs_npy"] = round(r["patches_per_s"] / max(npy["patches_per_s"], 1e-9), 3)
+    front = pareto(rows)
+    with open(out / "tune.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["pareto"])
+        writer.writeheader()
+        writer.writerows({**r, "pareto": r["id"] in front} for r in rows)
+    best = _recommend(rows, front, p.policy)
+    rec = {"patch": p.patch, "layout": "zarrmill", "codec": best["codec"], "clevel": best["clevel"],
+           "filter": best["filter"]}
+    if best["layout"] not in ("zarrmill",):
+        rec.update({"layout": best["layout"] if best["layout"] in ("nnunet", "blosc2") else "zarrmill"})
+        if best["layout"].startswith("zarrmill-"):
+            rec.update({"chunks": best["chunks"], "blocks": best["blocks"]})
+    (out / "recommended.yaml").write_text(yaml.safe_dump(rec, sort_keys=False))
+    _print_table(npy, rows, front, best)
+    _plot(out / "tune.png", npy, rows, front, best)
+
+
+def pareto(rows: list[dict]) -> set[str]:
+    """Candidates no other candidate beats on both ratio and patches/s."""
+    return {r["id"] for r in rows if not any(
+        o["ratio"] >= r["ratio"] and o["patches_per_s"] >= r["patches_per_s"] and
+        (o["ratio"], o["patches_per_s"]) != (r["ratio"], r["patches_per_s"]) for o in rows)}
+
+
+def _recommend(rows: list[dict], front: set[str], policy: Policy) -> dict:
+    cands = [r for r in rows if r["id"] in front]
+    if policy == "ratio":
+        return max(cands, key=lambda r: (r["ratio"], r["patches_per_s"]))
+    if policy == "speed":
+        return max(cands, key=lambda r: (r["patches_per_s"], r["ratio"]))
+    return max(cands, key=lambda r: r["ratio"] * math.sqrt(r["patches_per_s"]))
+
+
+def _print_table(npy: dict, rows: list[dict], front: set[str], best: dict) -> None:
+    print(f"npy (uncompressed memmap): {npy['patches_per_s']:.0f} patches/s, {npy['mb_per_s']:.0f} MB/s")
+    print(f"{'candidate':42s} {'ratio':>6s} {'patches/s':>10s} {'vs npy':>7s}  pareto")
+    for r in rows:
+        mark = "*" if r["id"] in front else ""
+        pick = "  <- recommended" if r["id"] == best["id"] else ""
+        print(f"{r['id']:42s} {r['ratio']:6.2f} {r['patches_per_s']:10.0f} {r['vs_npy']:7.2f}  {mark}{pick}")
+
+
+def _plot(path: Path, npy: dict, rows: list[dict], front: set[str], best: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(no plot: pip install 'zarrmill[plot]' for {path.name})")
+        return
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for layout in sorted({r["layout"] for r in rows}):
+        sel = [r for r in rows if r["layout"] == layout]
+        ax.scatter([r["patches_per_s"] for r in sel], [r["ratio"] for r in sel], label=layout, alpha=0.7)
+    fr = sorted((r for r in rows if r["id"] in front), key=lambda r: r["patches_per_s"])
+    ax.plot([r["patches_per_s"] for r in fr], [r["ratio"] for r in fr], "k--", lw=1, label="Pareto front")
+    ax.axvline(npy["patches_per_s"], color="grey", ls=":", label="npy memmap")
+    ax.scatter([best["patches_per_s"]], [best["ratio"]], s=200, facecolors="none", edgecolors="red", label="recommended")
+    ax.set_xlabel("random patches / s")
+    ax.set_ylabel("compression ratio")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
