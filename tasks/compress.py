@@ -1,6 +1,7 @@
 """Compress arrays for fast random patch reads: Blosc2 ``.b2nd`` files (one per case, read with
 ``blosc2.open(path, mmap_mode="r")`` or ``tasks.io.b2store.open_patches``) or a zarr v3 store with
-Blosc codecs that stock zarr-python and ome-zarr-py read.
+Blosc codecs that stock zarr-python and ome-zarr-py read (one OME-Zarr image per case,
+``<output>/<case>/0``).
 
 Inputs: a .npy / TIFF file, a folder of them (one case per file, as nnU-Net keeps them), a zarr
 array or an OME-Zarr image (``level``). Axes stay as the input has them (channels first); the last
@@ -16,14 +17,24 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import zarr
 from pydantic import Field
 
 from .errors import ConfigError, InputError
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, region_slices
+from .io.arrays import (
+    ArraySpec,
+    Codec,
+    ensure_array,
+    ensure_group,
+    group_regions,
+    open_for_write,
+    region_slices,
+)
 from .io.atomic import atomic_write_json
 from .io.b2layout import nnunet_layout, patch_layout
 from .io.b2store import cparams, write_b2nd
 from .io.codec_trial import Policy, choose, run_trials, sample_chunks
+from .io.ngff import Level, make_axes, write_image_metadata
 from .io.sources import Source, case_paths, describe, open_source
 from .runtime.contract import PlanContext, TaskParams, Unit
 
@@ -103,6 +114,10 @@ def _out_path(p: Params, src: Source, n_sources: int) -> Path:
     return out / src.name
 
 
+def _zarr_array(p: Params, src: Source) -> Path:
+    return Path(p.output) / src.name / "0"
+
+
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     sources = _sources(p)
     choice = codec_choice(p, sources)
@@ -119,7 +134,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
             units.append({"id": src.name, **base})
             continue
         spec = _zarr_spec(p, src, chunks, choice)
-        ensure_array(out, src.name, spec, ctx)
+        ensure_group(out / src.name, 3)
+        ensure_array(out / src.name, "0", spec, ctx)
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
     atomic_write_json(out / SUMMARY if out.suffix != ".b2nd" else out.with_suffix(".json"),
@@ -133,7 +149,7 @@ def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) ->
     shards = tuple(p.shards) if p.shards else None
     if shards and any(s % c for s, c in zip(shards, chunks)):
         raise ConfigError(f"shards {list(shards)} must be whole multiples of chunks {list(chunks)}")
-    return ArraySpec(src.shape, str(src.dtype), chunks, shards, codec, 3, None)
+    return ArraySpec(src.shape, str(src.dtype), chunks, shards, codec, 3, tuple(src.axes))
 
 
 def run_unit(p: Params, unit: Unit) -> int:
@@ -152,10 +168,10 @@ def run_unit(p: Params, unit: Unit) -> int:
                           unit["chunks"], blocks, params, meta)
     sl = region_slices(unit["region"])
     data = src.read(sl)
-    arr = open_for_write(Path(p.output) / src.name)
+    arr = open_for_write(_zarr_array(p, src))
     arr[sl] = data
     if not np.array_equal(arr[sl], data, equal_nan=data.dtype.kind == "f"):
-        raise RuntimeError(f"{p.output}/{src.name}: round trip differs in {unit['region']}")
+        raise RuntimeError(f"{_zarr_array(p, src)}: round trip differs in {unit['region']}")
     return int(data.nbytes)
 
 
@@ -171,6 +187,14 @@ def finish(p: Params, ctx: PlanContext) -> None:
         cases.append({**describe(src), "output": str(path), "bytes": size,
                       "ratio": round(int(np.prod(src.shape)) * src.dtype.itemsize / max(size, 1), 3)})
     summary.update({"state": "done", "cases": cases})
+    if p.format == "zarr":
+        for src in sources:
+            scale = [src.pixel_size.get(a, 1.0) for a in src.axes]
+            write_image_metadata(Path(p.output) / src.name, "0.5", make_axes(src.axes), [Level("0", scale, None)],
+                                 name=src.name)
+            zarr.open_group(str(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
+                "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
+                "patch": p.patch, "layout": p.layout}
     atomic_write_json(summary_path, summary)
 
 

@@ -22,6 +22,7 @@ class Source:
     dtype: np.dtype
     read: Callable[[tuple[slice, ...]], np.ndarray]
     pixel_size: dict[str, float]
+    axes: str  # NGFF axis names in order, e.g. 'czyx'
 
 
 def _zarr_source(path: Path, level: int) -> Source:
@@ -35,11 +36,16 @@ def _zarr_source(path: Path, level: int) -> Source:
         lv = meta.levels[min(level, len(meta.levels) - 1)]
         arr = zarr.open_array(str(path / lv.path), mode="r")
         sizes = {a: s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"}
+        axes = "".join(meta.axis_names)
     else:
         arr = zarr.open_array(str(path), mode="r")
-        sizes = {}
+        sizes, axes = {}, default_axes(arr.ndim)
     name = path.name.split(".")[0]
-    return Source(name, path, tuple(arr.shape), np.dtype(arr.dtype), lambda sl: np.asarray(arr[sl]), sizes)
+    return Source(name, path, tuple(arr.shape), np.dtype(arr.dtype), lambda sl: np.asarray(arr[sl]), sizes, axes)
+
+
+def default_axes(ndim: int) -> str:
+    return {2: "yx", 3: "zyx", 4: "czyx", 5: "tczyx"}.get(ndim, "tczyx"[-ndim:])
 
 
 def open_source(path: str | Path, level: int = 0, axes: str | None = None) -> Source:
@@ -53,7 +59,7 @@ def open_source(path: str | Path, level: int = 0, axes: str | None = None) -> So
 
         vol = open_volume(path, axes)
         src = Source(path.name.split(".")[0], path, vol.shape, vol.dtype,
-                     lambda sl, vol=vol: vol.read([(s.start, s.stop) for s in sl]), dict(vol.pixel_size))
+                     lambda sl, vol=vol: vol.read([(s.start, s.stop) for s in sl]), dict(vol.pixel_size), vol.axes)
     if src.dtype.kind not in SUPPORTED_KINDS:
         raise InputError(f"{path}: unsupported dtype {src.dtype} (integers, unsigned, floats or bool)")
     return src

@@ -1,0 +1,149 @@
+"""compress and tune on real files: bit-exact round trips, layout rule bounds, readers, bad input."""
+import itertools
+import json
+import math
+
+import blosc2
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from tasks.io.b2layout import MAX_BLOCK, MAX_CHUNK, bytes_touched_factor, nnunet_layout, patch_layout
+from tasks.io.b2store import open_patches
+
+
+def compress(cli, *sets):
+    args = ["task", "compress", "--executor", "sync"]
+    for s in sets:
+        args += ["--set", s]
+    return cli(*args)
+
+
+def volume(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    base = np.cumsum(rng.integers(-3, 4, size=shape), axis=-1)  # smooth-ish, compressible
+    if np.dtype(dtype).kind == "f":
+        return (base * 0.37).astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(base + (info.max // 2 if info.min == 0 else 0), info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int16", "float32"])
+@pytest.mark.parametrize("shape,patch", [((37, 61, 53), [16, 24, 20]), ((2, 19, 45, 33), [8, 16, 16])])
+def test_b2nd_round_trip_is_bit_exact(cli, tmp_path, dtype, shape, patch):
+    data = volume(shape, dtype)
+    np.save(tmp_path / "case.npy", data)
+    code, _, err = compress(cli, f"input={tmp_path / 'case.npy'}", f"output={tmp_path / 'out'}", f"patch={patch}")
+    assert code == 0, err
+    path = tmp_path / "out" / "case.b2nd"
+    plain = blosc2.open(str(path), mode="r", mmap_mode="r")
+    np.testing.assert_array_equal(plain[...], data)
+    arr = open_patches(path)
+    sl = tuple(slice(1, 1 + p) for p in patch)
+    lead = (slice(None),) * (len(shape) - len(patch))
+    np.testing.assert_array_equal(arr[lead + sl], data[lead + sl])
+    chunks, blocks = patch_layout(shape, np.dtype(dtype).itemsize, patch)
+    assert tuple(plain.chunks) == tuple(min(c, s) for c, s in zip(chunks, shape))
+    assert arr.meta["codec"] in {"lz4", "lz4hc", "zstd", "blosclz"} and arr.meta["patch"] == patch
+
+
+def test_folder_of_cases_and_recorded_codec(cli, tmp_path):
+    (tmp_path / "cases").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "cases" / f"case_{i}.npy", volume((1, 20 + i, 40, 30), "uint16", seed=i))
+    code, _, err = compress(cli, f"input={tmp_path / 'cases'}", f"output={tmp_path / 'out'}", "patch=[8,16,16]",
+                            "policy=ratio")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "out" / "zarrmill-compress.json").read_text())
+    assert summary["state"] == "done" and len(summary["cases"]) == 3
+    assert summary["codec"]["chosen_by"] == "trial (ratio)"
+    best = max(summary["codec"]["trial"], key=lambda t: (round(t["ratio"], 3), t["decompress_gbs"]))
+    assert summary["codec"]["codec"] == best["codec"] and summary["codec"]["filter"] == best["filter"]
+    for i in range(3):
+        np.testing.assert_array_equal(blosc2.open(str(tmp_path / "out" / f"case_{i}.b2nd"))[...],
+                                      np.load(tmp_path / "cases" / f"case_{i}.npy"))
+
+
+def test_zarr_output_reads_with_stock_zarr_and_ome_zarr(cli, tmp_path):
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    data = volume((2, 24, 50, 40), "uint16")
+    np.save(tmp_path / "vol.npy", data)
+    code, _, err = compress(cli, f"input={tmp_path / 'vol.npy'}", f"output={tmp_path / 'out.zarr'}", "format=zarr",
+                            "patch=[8,16,16]", "shards=[1,16,32,32]")
+    assert code == 0, err
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "vol" / "0"))[:], data)
+    node = list(Reader(parse_url(str(tmp_path / "out.zarr" / "vol")))())[0]
+    np.testing.assert_array_equal(np.asarray(node.data[0]), data)
+    codecs = json.loads((tmp_path / "out.zarr" / "vol" / "0" / "zarr.json").read_text())["codecs"]
+    inner = codecs[0]["configuration"]["codecs"]
+    assert codecs[0]["name"] == "sharding_indexed" and inner[-1]["name"] == "blosc"
+
+
+CASES = [(shape, itemsize, patch) for shape, patch in [
+    ((1, 256, 384, 384), (128, 128, 128)), ((1, 256, 384, 384), (20, 50, 50)), ((4, 80, 512, 512), (64, 160, 160)),
+    ((1, 30, 40, 50), (7, 9, 11)), ((3, 1024, 1024), (256, 256)), ((1, 600, 700), (97, 33)),
+    ((2, 9, 2000, 2000), (1, 512, 512)), ((1, 48, 64, 64), (48, 64, 64))] for itemsize in (1, 2, 4)]
+
+
+@pytest.mark.parametrize("shape,itemsize,patch", CASES)
+def test_layout_rule_bounds(shape, itemsize, patch):
+    chunks, blocks = patch_layout(shape, itemsize, patch)
+    n_lead = len(shape) - len(patch)
+    assert chunks[:n_lead] == blocks[:n_lead] == (1,) * n_lead
+    assert math.prod(blocks) * itemsize <= MAX_BLOCK
+    assert math.prod(chunks) * itemsize <= max(MAX_CHUNK, math.prod(blocks) * itemsize)
+    for c, b, s, p in zip(chunks[n_lead:], blocks[n_lead:], shape[n_lead:], patch):
+        assert b <= max(1, p // 2) and c <= s
+        assert c % b == 0 or c == s  # chunks are whole blocks unless clipped by the image
+    n_chunks, n_blocks = nnunet_layout(shape, itemsize, patch) if len(shape) >= 3 and len(patch) == 3 else (None, None)
+    if n_blocks:
+        assert math.prod(n_blocks) * itemsize <= 128 * 1024 and math.prod(n_chunks) * itemsize <= 6 * 2**20
+        # chunks grow to 1.5x the patch; a block rounded up to a power of two can already be larger
+        assert all(c <= max(b, int(1.5 * p)) for c, b, p in zip(n_chunks[-3:], n_blocks[-3:], patch))
+
+
+@pytest.mark.parametrize("patch,block", [((20, 50, 50), (8, 16, 16)), ((128, 128, 128), (32, 32, 32)), ((7, 9, 11), (2, 2, 4))])
+def test_random_patch_touches_at_most_the_documented_blocks(patch, block):
+    """Brute force over every offset within a block period: blocks touched per axis <= ceil((p - 1) / b) + 1,
+    and the mean decompressed volume equals bytes_touched_factor."""
+    per_axis_max = [math.ceil((p - 1) / b) + 1 for p, b in zip(patch, block)]
+    touched = []
+    for offsets in itertools.product(*[range(b) for b in block]):
+        counts = [((o + p - 1) // b) - (o // b) + 1 for o, p, b in zip(offsets, patch, block)]
+        assert all(c <= m for c, m in zip(counts, per_axis_max))
+        touched.append(math.prod(c * b for c, b in zip(counts, block)))
+    assert np.mean(touched) / math.prod(patch) == pytest.approx(bytes_touched_factor(patch, block))
+
+
+def test_bad_input_is_one_clear_line(cli, tmp_path):
+    np.save(tmp_path / "small.npy", np.zeros((10, 20, 20), np.uint16))
+    code, _, err = compress(cli, f"input={tmp_path / 'small.npy'}", f"output={tmp_path / 'o'}", "patch=[16,16,16]")
+    assert code == 2 and "patch [16, 16, 16] is larger than the image [10, 20, 20]" in err
+    np.save(tmp_path / "cplx.npy", np.zeros((10, 20, 20), np.complex64))
+    code, _, err = compress(cli, f"input={tmp_path / 'cplx.npy'}", f"output={tmp_path / 'o'}", "patch=[4,4,4]")
+    assert code == 2 and "unsupported dtype complex64" in err
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    code, _, err = compress(cli, f"input={tmp_path / 'bad.npy'}", f"output={tmp_path / 'o'}", "patch=[4,4,4]")
+    assert code == 2 and "bad.npy: not a readable .npy file" in err
+    for e in (err,):
+        assert len([x for x in e.strip().splitlines() if x.startswith("zarrmill: error")]) == 1
+    assert not list((tmp_path / "o").glob("*.b2nd")) if (tmp_path / "o").exists() else True
+
+
+def test_tune_writes_table_plot_and_params_compress_accepts(cli, tmp_path):
+    np.save(tmp_path / "sample.npy", volume((1, 40, 64, 64), "uint16"))
+    code, out, err = cli("tune", tmp_path / "sample.npy", "--patch", "16,32,32", "--output", tmp_path / "tune",
+                         "--seconds", "3")
+    assert code == 0, err
+    assert (tmp_path / "tune" / "tune.png").stat().st_size > 1000
+    rows = (tmp_path / "tune" / "tune.csv").read_text().splitlines()
+    assert len(rows) == 1 + 30 and "nnunet-lz4hc5-shuffle" in "".join(rows)
+    rec = yaml.safe_load((tmp_path / "tune" / "recommended.yaml").read_text())
+    assert rec["patch"] == [16, 32, 32] and rec["codec"] in {"lz4", "lz4hc", "zstd"}
+    code, _, err = cli("task", "compress", "--params", tmp_path / "tune" / "recommended.yaml", "--executor", "sync",
+                       "--set", f"input={tmp_path / 'sample.npy'}", "--set", f"output={tmp_path / 'out'}")
+    assert code == 0, err
+    assert open_patches(tmp_path / "out" / "sample.b2nd").meta["codec"] == rec["codec"]
