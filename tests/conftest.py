@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,13 +17,29 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def tree_digest(root: Path, skip_ledger: bool = True) -> dict[str, str]:
-    """relative path -> sha256 of every file under root (the ledger dir excluded)."""
+    """relative path -> sha256 of every file under root (the ledger dir excluded). The provenance
+    record (times, host) is the one thing allowed to differ between runs, so it is left out."""
     out = {}
     for path in sorted(Path(root).rglob("*")):
         rel = path.relative_to(root)
-        if path.is_file() and not (skip_ledger and ".zarrmill" in rel.parts):
-            out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if not path.is_file() or (skip_ledger and ".zarrmill" in rel.parts) or path.name == "zarrmill-provenance.json":
+            continue
+        data = path.read_bytes()
+        if path.name in ("zarr.json", ".zattrs"):
+            data = _without_provenance(data)
+        out[str(rel)] = hashlib.sha256(data).hexdigest()
     return out
+
+
+def _without_provenance(data: bytes) -> bytes:
+    doc = json.loads(data)
+    attrs = doc.get("attributes", doc) if "zarr_format" in doc and "attributes" in doc else doc
+    ours = attrs.get("zarrmill")
+    if isinstance(ours, dict) and "provenance" in ours:
+        ours.pop("provenance")
+        if not ours:
+            attrs.pop("zarrmill")
+    return json.dumps(doc, sort_keys=True).encode()  # always canonical, so both sides compare alike
 
 
 @pytest.fixture

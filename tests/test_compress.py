@@ -9,7 +9,13 @@ import pytest
 import yaml
 import zarr
 
-from tasks.io.b2layout import MAX_BLOCK, MAX_CHUNK, bytes_touched_factor, nnunet_layout, patch_layout
+from tasks.io.b2layout import (
+    MAX_BLOCK,
+    MAX_CHUNK,
+    bytes_touched_factor,
+    nnunet_layout,
+    patch_layout,
+)
 from tasks.io.b2store import open_patches
 
 

@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=["ratio", "speed", "balanced"], default="balanced")
     p.add_argument("--overwrite", action="store_true")
 
+    p = add("runs", "history of a for_each workflow's scheduled conversions")
+    p.add_argument("workflow")
+    p.add_argument("--failed", action="store_true", help="only datasets whose latest attempt failed")
+    p.add_argument("--retry", action="store_true", help="re-queue failed datasets for the next run")
+    _add_set(p)
+
     p = add("check", "validate a store against the OME-NGFF schemas plus structural checks")
     p.add_argument("store")
 

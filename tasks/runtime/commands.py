@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .cli import command, print_json
 from .ledger import list_steps
+from .provenance import read_provenance
 from .registry import get_task, task_names
 from .runner import run_workflow
 from .schema import task_params_help, workflow_schema
@@ -122,11 +123,56 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 
+@command("runs")
+def cmd_runs(args: argparse.Namespace) -> int:
+    import time
+
+    from .history import History
+    from .scheduler import state_dir
+
+    wf = load_workflow(args.workflow, args.set, check_inputs=False)
+    if wf.for_each is None:
+        raise ConfigError(f"{args.workflow}: not a for_each workflow (no run history)")
+    history = History(state_dir(wf))
+    if args.retry:
+        names = history.requeue_failed()
+        print(f"re-queued {len(names)} failed datasets" + (f": {', '.join(names)}" if names else "")
+              + f"; the next `zarrmill run {args.workflow}` converts them")
+        return 0
+    latest = {r.dataset: r for r in history.all()}
+    rows = [r for r in latest.values() if r.status == "failed"] if args.failed else list(latest.values())
+    print(f"{'dataset':28s} {'status':8s} {'started':19s} {'seconds':>8s} {'MB in':>8s} {'MB out':>8s}  error")
+    for r in rows:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started)) if r.started else "-"
+        secs = f"{r.ended - r.started:.1f}" if r.started and r.ended else "-"
+        mb_in = f"{r.bytes_in / 1e6:.1f}" if r.bytes_in else "-"
+        mb_out = f"{r.bytes_out / 1e6:.1f}" if r.bytes_out else "-"
+        print(f"{r.dataset:28s} {r.status:8s} {started:19s} {secs:>8s} {mb_in:>8s} {mb_out:>8s}  {r.error or ''}")
+    return 0
+
+
+def provenance_lines(prov: dict) -> list[str]:
+    import time
+
+    wf = prov.get("workflow", {})
+    lines = [f"provenance: zarrmill {prov.get('zarrmill')} on {prov.get('host')}, workflow {wf.get('name')} "
+             f"({wf.get('file')}, hash {wf.get('hash')})"]
+    for name, step in prov.get("steps", {}).items():
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(step.get("ended", 0)))
+        inputs = ", ".join(i["path"] for i in step.get("inputs", [])) or "-"
+        lines.append(f"  step {name}: task {step.get('task')}, ended {when}, inputs {inputs}")
+    return lines
+
+
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
     from ..io.conformance import check_store
 
     problems, checked = check_store(Path(args.store))
+    prov = read_provenance(Path(args.store))
+    if prov:
+        for line in provenance_lines(prov):
+            print(line)
     for line in problems:
         print(line)
     if problems:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,15 +33,17 @@ class Executor:
         self.name = name
         self.run_dir = run_dir
         self._pools: dict[tuple, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
     def client_for(self, resources: Resources | None) -> Any:
         kind = self.spec.kind
         if kind == "sync":
             return None
         key = resources.key() if (kind == "slurm" and resources) else ()
-        if key not in self._pools:
-            self._pools[key] = self._start(resources)
-        return self._pools[key][1]
+        with self._lock:
+            if key not in self._pools:
+                self._pools[key] = self._start(resources)
+            return self._pools[key][1]
 
     def _start(self, resources: Resources | None) -> tuple[Any, Any]:
         from distributed import Client, LocalCluster

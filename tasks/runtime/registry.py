@@ -17,6 +17,7 @@ BUILTIN = {
     "generate": "tasks.generate",
     "generate-plate": "tasks.generate_plate",
     "ingest": "tasks.ingest",
+    "patch-extract": "tasks.patches",
     "pyramid": "tasks.pyramid",
     "rechunk": "tasks.rechunk",
     "reshard": "tasks.reshard",

@@ -1,12 +1,15 @@
-"""Run a whole workflow: each step in dependency order on the executor's client for its resources."""
+"""Run a workflow: each step in dependency order on the executor's client for its resources, a
+provenance entry in each step's output afterwards. ``for_each`` workflows go to scheduler.py."""
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
 
 from .engine import StepOptions, StepReport, run_step
 from .executors import Executor
+from .provenance import record_step, step_entry
 from .registry import get_task
 from .slurm import sanitize_job_name
 from .workflow import Workflow
@@ -17,29 +20,53 @@ def default_run_dir(workflow: Workflow) -> Path:
     return Path.cwd() / "zarrmill-runs" / f"{sanitize_job_name(workflow.name)}-{stamp}"
 
 
+def workflow_hash(wf: Workflow) -> str:
+    text = Path(wf.source).read_bytes() if Path(wf.source).is_file() else wf.source.encode()
+    return hashlib.sha256(text + "\n".join(wf.sets).encode()).hexdigest()[:16]
+
+
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
                  only: list[str] | None = None) -> list[StepReport]:
-    steps = [s for s in wf.steps if not only or s.name in only]
-    if dry_run:
-        for s in steps:
-            needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
-            print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
+    if wf.for_each is not None:
+        from .scheduler import run_for_each
+
+        run_for_each(wf, overwrite=overwrite, dry_run=dry_run)
         return []
+    if dry_run:
+        for s in wf.steps:
+            if not only or s.name in only:
+                needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
+                print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
+        return []
+    with Executor(wf.executor, wf.name, _run_dir(wf)) as executor:
+        return run_steps(wf, executor, overwrite, only)
+
+
+def _run_dir(wf: Workflow) -> Path:
     run_dir = Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
     run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: list[str] | None = None,
+              label: str = "") -> list[StepReport]:
     reports = []
     changed: set[str] = set()
-    with Executor(wf.executor, wf.name, run_dir) as executor:
-        for step in steps:
-            opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries,
-                               upstream_changed=any(n in changed for n in step.needs))
-            report = run_step(step.name, get_task(step.task), step.params,
-                              lambda: executor.client_for(step.resources), opts)
-            if report.ran:
-                changed.add(step.name)
-            rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0
-            print(f"[{step.name}] done: {report.ran} units run, {report.skipped} skipped, "
-                  f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s (units {report.unit_seconds:.1f}s, "
-                  f"{rate:.0f} MB/s)", file=sys.stderr, flush=True)
-            reports.append(report)
+    wf_info = {"name": wf.name, "file": str(Path(wf.source).resolve()) if Path(wf.source).is_file() else wf.source,
+               "hash": workflow_hash(wf), **({"dataset": str(wf.dataset.path)} if wf.dataset else {})}
+    for step in (s for s in wf.steps if not only or s.name in only):
+        started = time.time()
+        opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries,
+                           upstream_changed=any(n in changed for n in step.needs))
+        report = run_step(step.name, get_task(step.task), step.params,
+                          lambda step=step: executor.client_for(step.resources), opts)
+        if report.ran:
+            changed.add(step.name)
+            record_step(step.params.ledger_root(), wf_info, step_entry(
+                step.name, step.task, step.params.model_dump(mode="json"), step.params.input_paths(), started))
+        rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0
+        print(f"{label}[{step.name}] done: {report.ran} units run, {report.skipped} skipped, "
+              f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s (units {report.unit_seconds:.1f}s, "
+              f"{rate:.0f} MB/s)", file=sys.stderr, flush=True)
+        reports.append(report)
     return reports

@@ -49,6 +49,25 @@ class ExecutorSpec(Strict):
     run_dir: str | None = Field(None, description="worker cwd and SLURM logs (default ./zarrmill-runs/<name>-<time>)")
 
 
+class Ready(Strict):
+    """When a dataset is complete enough to convert."""
+
+    marker: str | None = Field(None, description="glob inside the dataset that must exist, e.g. MeasurementData.mlf")
+    quiet_seconds: float = Field(0.0, ge=0, description="no file in the dataset changed for this long")
+
+
+class ForEach(Strict):
+    """Run the steps once per dataset; ${NAME.name}, ${NAME.path}, ${NAME.stem} in params."""
+
+    glob: str | None = Field(None, description="datasets: paths matching this glob (e.g. /data/incoming/*)")
+    list: str | None = Field(None, description="datasets: a file with one path per line")
+    name: str = Field("dataset", description="variable name bound to each dataset")
+    ready: Ready = Field(default_factory=Ready)
+    max_concurrent: int = Field(2, ge=1, description="datasets converted at once")
+    state_dir: str | None = Field(None, description="run history and locks (default: .zarrmill-state next to the outputs)")
+    lock_stale_seconds: float = Field(300.0, gt=0, description="a lock whose heartbeat is older is taken over")
+
+
 class StepSpec(Strict):
     task: str = Field(description="task name (zarrmill tasks)")
     params: dict[str, Any] = Field(default_factory=dict)
@@ -61,4 +80,5 @@ class WorkflowSpec(Strict):
     description: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    for_each: ForEach | None = Field(None, description="run the steps once per dataset found")
     steps: dict[str, StepSpec] = Field(min_length=1)

@@ -3,6 +3,7 @@ work starts: YAML syntax, unknown task or field, wrong types, unresolved ``${var
 ``needs`` targets, cycles, missing input paths."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -13,8 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, InputNotFoundError
 from .contract import TaskParams
+from .datasets import Dataset
 from .registry import get_task
-from .spec import ExecutorSpec, Resources, WorkflowSpec
+from .spec import ExecutorSpec, ForEach, Resources, WorkflowSpec
 from .variables import resolve_vars, substitute
 from .yamlpos import Located, load_located, loads_located
 
@@ -34,6 +36,14 @@ class Workflow:
     source: str
     executor: ExecutorSpec
     steps: list[Step]  # in dependency order
+    for_each: ForEach | None = None
+    doc: Located | None = None  # kept to build one workflow per dataset
+    sets: tuple[str, ...] = ()
+    dataset: Dataset | None = None
+
+    def for_dataset(self, ds: Dataset) -> "Workflow":
+        """The same workflow with ${<for_each.name>.*} bound to one dataset."""
+        return build_workflow(self.doc, self.sets, check_inputs=True, dataset=ds)
 
     def step(self, name: str) -> Step:
         return next(s for s in self.steps if s.name == name)
@@ -49,22 +59,40 @@ def loads_workflow(text: str, source: str = "<string>", sets: list[str] = (),
     return build_workflow(loads_located(text, source), sets, check_inputs)
 
 
-def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True) -> Workflow:
+def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True,
+                   dataset: Dataset | None = None) -> Workflow:
     if not isinstance(doc.data, dict):
         raise ConfigError(f"{doc.source}:1:1: a workflow file must be a mapping with name and steps")
+    data_in = copy.deepcopy(doc.data)
     for item in sets:
-        apply_set(doc.data, item)
+        apply_set(data_in, item)
     where = lambda loc: doc.where(loc)  # noqa: E731
-    scope = resolve_vars(_as_dict(doc.data.get("vars")), where)
-    body = {k: v for k, v in doc.data.items() if k != "vars"}
+    scope = resolve_vars(_as_dict(data_in.get("vars")), where)
+    body = {k: v for k, v in data_in.items() if k not in ("vars", "for_each", "steps")}
     data = substitute(body, scope, where) | {"vars": scope}
+    for_each = None
+    if data_in.get("for_each") is not None:
+        raw = substitute({"for_each": data_in["for_each"]}, scope, where)["for_each"]
+        for_each = validate_model(ForEach, raw, doc, ("for_each",))
+        if not (for_each.glob or for_each.list):
+            raise ConfigError(f"{doc.where(('for_each',))}: for_each: give glob or list")
+        bound = dataset or _placeholder(for_each)
+        scope = {**scope, for_each.name: bound.scope()}
+        check_inputs = check_inputs and dataset is not None
+    data["steps"] = substitute({"steps": data_in.get("steps")}, scope, where)["steps"]
     spec = validate_model(WorkflowSpec, data, doc, ())
     steps = {name: _build_step(name, s, doc) for name, s in spec.steps.items()}
     order = _dependency_order(steps, doc)
     ordered = [steps[n] for n in order]
     if check_inputs:
         _check_inputs(ordered, doc)
-    return Workflow(spec.name, doc.source, spec.executor, ordered)
+    return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset)
+
+
+def _placeholder(for_each: ForEach) -> Dataset:
+    """Stands in for a dataset when validating a for_each workflow without one."""
+    base = Path(for_each.glob).parent if for_each.glob else Path(for_each.list or ".").parent
+    return Dataset("DATASET", base / "DATASET")
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""``PatchDataset``: read a patch store (tasks/patches.py) as a map-style dataset. Each item is
+one patch as numpy (C, Z, Y, X) costing about one chunk decode. Safe in torch DataLoader worker
+processes without torch being a dependency: the zarr handle is opened lazily in each process."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+
+class PatchDataset:
+    def __init__(self, store: str | Path, include_dropped: bool = False):
+        self.store = Path(store)
+        meta = zarr.open_group(str(self.store), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})
+        if not meta.get("complete"):
+            raise ValueError(f"{self.store}: not a complete zarrmill patch store")
+        status = zarr.open_array(str(self.store / "table" / "status"), mode="r")[...]
+        self.index = np.arange(len(status)) if include_dropped else np.flatnonzero(status == 0)
+        self.labels = zarr.open_array(str(self.store / "table" / "label"), mode="r")[...][self.index]
+        self.meta = dict(meta)
+        self._patches = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if self._patches is None:  # opened lazily: once per DataLoader worker process
+            self._patches = zarr.open_array(str(self.store / "patches"), mode="r")
+        return np.asarray(self._patches[int(self.index[i])])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_patches"] = None
+        return state

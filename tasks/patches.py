@@ -1,0 +1,292 @@
+"""Extract patches into a store built for training and inference: cuboids around points
+(cellfinder-style), random training patches (optional foreground oversampling), or a grid of
+overlapping tiles for inference.
+
+- ``points``: CSV / .npy / cellfinder XML (tasks/io/points.py). The cuboid is given in network
+  voxels at ``network_voxel_size``; it is cut at the data resolution (the image's NGFF scale, or
+  ``voxel_size``) and resampled to the network size (tasks/io/cuboids.py documents centring,
+  resampling and edges). Points that are NaN, outside the image or (``edge: drop``) too close to
+  an edge are kept in the table as ``dropped`` with the reason.
+- ``random``: ``n_patches`` seeded uniform patches; with ``labels`` a fraction
+  (``foreground_fraction``, nnU-Net uses 0.33) is forced to contain a foreground voxel.
+- ``grid``: tiles of ``tile`` stepping by tile - overlap; the last tile on each axis ends at the
+  image edge, so every voxel is covered.
+
+Speed: patches are sorted by z (then y) and cut in units of consecutive patches; inside a unit a
+bounded cache of decoded chunks (``cache_mb``) means each input chunk is decoded about once.
+Output (zarr v3): ``patches`` (N, C, Z, Y, X) with one chunk per patch and shards of
+``patches_per_shard``; a unit writes whole shards only. ``table/`` holds zarr columns (point_id,
+center, origin, size, label, status) and ``points.csv`` the same rows for any CSV reader; the
+store's attributes record where every patch came from. Read it with ``PatchDataset(store)``."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import zarr
+from pydantic import Field, model_validator
+
+from .errors import ConfigError, InputError
+from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write
+from .io.atomic import atomic_write_bytes
+from .io.cuboids import (
+    ChunkCache,
+    cast,
+    data_size,
+    inside,
+    origin,
+    read_padded,
+    resample_linear,
+)
+from .io.ngff import read_attrs, read_image
+from .io.points import read_points
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
+          3: "dropped: cuboid crosses the image edge (edge: drop)"}
+
+
+class Params(TaskParams):
+    input: str = Field(description="OME-Zarr image or zarr array (leading axes = channels, last 2-3 spatial)")
+    output: str = Field(description="patch store to write (.zarr)")
+    mode: Literal["points", "random", "grid"] = "points"
+    level: int = Field(0, ge=0, description="OME-Zarr pyramid level")
+    points: str | None = Field(None, description="points: CSV (z,y,x[,label]), .npy (N x 3) or cellfinder XML")
+    points_unit: Literal["voxel", "physical"] = Field("voxel", description="points: coordinates in voxels or micrometer")
+    cuboid: list[int] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
+    network_voxel_size: list[float] | None = Field(None, description="points: network voxel size (um); resample to it")
+    voxel_size: list[float] | None = Field(None, description="data voxel size (um), default: the image's NGFF scale")
+    centering: Literal["cellfinder", "round"] = "cellfinder"
+    edge: Literal["drop", "pad"] = "drop"
+    pad_mode: Literal["constant", "reflect"] = "constant"
+    pad_value: float = 0.0
+    n_patches: int = Field(1000, ge=1, description="random: patches to draw")
+    seed: int = 0
+    labels: str | None = Field(None, description="random: label image for foreground oversampling")
+    foreground_fraction: float = Field(0.33, ge=0, le=1)
+    tile: list[int] | None = Field(None, description="grid: tile size (z,y,x)")
+    overlap: list[int] | None = Field(None, description="grid: overlap between tiles (z,y,x)")
+    patches_per_shard: int = Field(64, ge=1, description="patches per output shard file")
+    patches_per_unit: int = Field(4096, ge=1, description="patches per unit (rounded to whole shards)")
+    cache_mb: float = Field(512.0, gt=0, description="decoded-chunk cache per worker")
+    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        if self.mode == "points" and not (self.points and self.cuboid):
+            raise ValueError("mode points needs points and cuboid")
+        if self.mode == "random" and not self.cuboid:
+            raise ValueError("mode random needs cuboid")
+        if self.mode == "grid" and not self.tile:
+            raise ValueError("mode grid needs tile")
+        return self
+
+
+# -- the input image --------------------------------------------------------------------------------
+def open_image(p: Params) -> tuple[zarr.Array, tuple[float, ...]]:
+    """(level array, spatial voxel size in um)."""
+    attrs, _ = read_attrs(Path(p.input))
+    if "multiscales" in attrs:
+        meta = read_image(Path(p.input))
+        level = meta.levels[min(p.level, len(meta.levels) - 1)]
+        arr = zarr.open_array(str(Path(p.input) / level.path), mode="r")
+        scale = tuple(s for a, s in zip(meta.axis_names, level.scale) if a in "zyx")
+    else:
+        arr = zarr.open_array(str(p.input), mode="r")
+        scale = (1.0,) * arr.ndim
+    n_space = len(p.cuboid or p.tile or [])
+    if arr.ndim < n_space:
+        raise InputError(f"{p.input}: {arr.ndim} axes, fewer than the {n_space} spatial axes of the patch")
+    vs = tuple(p.voxel_size) if p.voxel_size else scale[-n_space:]
+    if len(vs) != n_space:
+        raise ConfigError(f"voxel_size needs {n_space} entries")
+    return arr, vs
+
+
+# -- requests: one row per output slot -----------------------------------------------------------------
+def requests(p: Params, arr: zarr.Array, vs: tuple[float, ...]) -> dict[str, np.ndarray]:
+    n = len(p.cuboid or p.tile)
+    space = arr.shape[-n:]
+    if p.mode == "points":
+        return _point_requests(p, space, vs)
+    if p.mode == "random":
+        return _random_requests(p, arr, space)
+    return _grid_requests(p, space)
+
+
+def _table(ids, centers, origins, sizes, labels, status) -> dict[str, np.ndarray]:
+    return {"point_id": np.asarray(ids, np.int64), "center": np.asarray(centers, np.float64),
+            "origin": np.asarray(origins, np.int64), "size": np.asarray(sizes, np.int64),
+            "label": np.asarray(labels, np.int64), "status": np.asarray(status, np.int8)}
+
+
+def _point_requests(p: Params, space: tuple[int, ...], vs: tuple[float, ...]) -> dict[str, np.ndarray]:
+    n = len(p.cuboid)
+    pts = read_points(p.points, p.points_unit, tuple(vs) if n == 3 else (1.0,) + tuple(vs))
+    zyx = pts.zyx[:, 3 - n:]
+    size = data_size(p.cuboid, p.network_voxel_size or vs, vs) if p.network_voxel_size else tuple(p.cuboid)
+    origins = np.zeros((len(zyx), n), np.int64)
+    status = np.zeros(len(zyx), np.int8)
+    for i, c in enumerate(zyx):
+        if not np.all(np.isfinite(c)):
+            status[i] = 1
+            continue
+        origins[i] = origin(c, size, p.centering)
+        if not all(0 <= v < s for v, s in zip(c, space)):
+            status[i] = 2
+        elif p.edge == "drop" and not inside(origins[i], size, space):
+            status[i] = 3
+    order = np.lexsort((np.nan_to_num(zyx[:, min(1, n - 1)], nan=np.inf), np.nan_to_num(zyx[:, 0], nan=np.inf)))
+    sizes = np.tile(np.asarray(size, np.int64), (len(zyx), 1))
+    return {k: v[order] for k, v in _table(pts.ids, zyx, origins, sizes, pts.labels, status).items()}
+
+
+def _random_requests(p: Params, arr: zarr.Array, space: tuple[int, ...]) -> dict[str, np.ndarray]:
+    size = np.asarray(p.cuboid)
+    if np.any(size > np.asarray(space)):
+        raise InputError(f"{p.input}: cuboid {p.cuboid} is larger than the image {list(space)}")
+    rng = np.random.default_rng(p.seed)
+    origins = np.stack([rng.integers(0, s - c + 1, size=p.n_patches) for s, c in zip(space, size)], axis=1)
+    labels = np.full(p.n_patches, -1)
+    if p.labels:
+        fg = foreground_voxels(p.labels, p.level, len(size), p.seed)
+        n_fg = int(round(p.n_patches * p.foreground_fraction))
+        if len(fg) and n_fg:
+            picks = fg[rng.integers(0, len(fg), size=n_fg)]
+            offsets = np.stack([rng.integers(0, c, size=n_fg) for c in size], axis=1)
+            origins[:n_fg] = np.clip(picks - offsets, 0, np.asarray(space) - size)
+            labels[:n_fg] = 1
+    order = np.lexsort((origins[:, min(1, len(size) - 1)], origins[:, 0]))
+    centers = origins + size / 2
+    t = _table(np.arange(p.n_patches), centers, origins, np.tile(size, (p.n_patches, 1)), labels,
+               np.zeros(p.n_patches))
+    return {k: v[order] for k, v in t.items()}
+
+
+def foreground_voxels(path: str, level: int, n_space: int, seed: int, per_chunk: int = 256) -> np.ndarray:
+    """Up to ``per_chunk`` seeded foreground coordinates from every chunk of a label image (like
+    nnU-Net's class locations), read chunk by chunk."""
+    lab, _ = open_image(Params(input=path, output="-", mode="grid", tile=[1] * n_space, level=level))
+    rng = np.random.default_rng(seed + 1)
+    space = lab.shape[-n_space:]
+    chunks = lab.chunks[-n_space:]
+    found = []
+    for idx in np.ndindex(*[math.ceil(s / c) for s, c in zip(space, chunks)]):
+        sl = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, chunks, space))
+        block = np.asarray(lab[(0,) * (lab.ndim - n_space) + sl])
+        nz = np.argwhere(block > 0)
+        if len(nz):
+            nz = nz[rng.choice(len(nz), size=min(per_chunk, len(nz)), replace=False)]
+            found.append(nz + np.asarray([s.start for s in sl]))
+    return np.concatenate(found) if found else np.zeros((0, n_space), np.int64)
+
+
+def grid_origins(size: int, tile: int, overlap: int) -> list[int]:
+    if tile > size:
+        raise InputError(f"tile {tile} is larger than the image side {size}")
+    step = tile - overlap
+    if step <= 0:
+        raise ConfigError(f"overlap {overlap} must be smaller than the tile {tile}")
+    starts = list(range(0, size - tile + 1, step))
+    if starts[-1] != size - tile:
+        starts.append(size - tile)  # the last tile ends at the edge: every voxel covered
+    return starts
+
+
+def _grid_requests(p: Params, space: tuple[int, ...]) -> dict[str, np.ndarray]:
+    tile = p.tile
+    overlap = p.overlap or [0] * len(tile)
+    axes = [grid_origins(s, t, o) for s, t, o in zip(space, tile, overlap)]
+    origins = np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(tile), -1).T
+    n = len(origins)
+    return _table(np.arange(n), origins + np.asarray(tile) / 2, origins, np.tile(tile, (n, 1)), np.full(n, -1), np.zeros(n))
+
+
+# -- plan / run / finish ------------------------------------------------------------------------------
+def out_size(p: Params) -> tuple[int, ...]:
+    return tuple(p.cuboid or p.tile)
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    arr, vs = open_image(p)
+    req = requests(p, arr, vs)
+    n_space = len(out_size(p))
+    lead = int(math.prod(arr.shape[:-n_space]))
+    n = len(req["point_id"])
+    if n == 0:
+        raise InputError(f"{p.points or p.input}: no patches to extract")
+    out = Path(p.output)
+    ensure_group(out, 3)
+    shape = (n, lead) + out_size(p)
+    shard = min(p.patches_per_shard, n)
+    spec = ArraySpec(shape, str(arr.dtype), (1, lead) + out_size(p), (shard, lead) + out_size(p), p.codec, 3,
+                     ("patch", "c") + tuple("zyx"[-n_space:]))
+    ensure_array(out, "patches", spec, ctx)
+    ensure_group(out / "table", 3)
+    for name, values in req.items():
+        col = zarr.create_array(str(out / "table" / name), shape=values.shape, dtype=values.dtype,
+                                chunks=values.shape, overwrite=True)
+        col[...] = values
+    per_unit = max(shard, p.patches_per_unit // shard * shard)
+    return [{"id": f"p{a}", "start": a, "stop": min(a + per_unit, n)} for a in range(0, n, per_unit)]
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    arr, vs = open_image(p)
+    out = Path(p.output)
+    table = {k: zarr.open_array(str(out / "table" / k), mode="r")[unit["start"]:unit["stop"]]
+             for k in ("origin", "size", "status")}
+    n_space = len(out_size(p))
+    lead_shape = arr.shape[:-n_space]
+    dst = open_for_write(out / "patches", sparse=True)
+    shard = dst.shards[0] if dst.shards else 1
+    cache = ChunkCache(lambda idx: np.asarray(arr[tuple(slice(i * c, min((i + 1) * c, s))
+                                                        for i, c, s in zip(idx, arr.chunks, arr.shape))]),
+                       arr.chunks, arr.shape, arr.dtype, int(p.cache_mb * 2**20))
+    written = 0
+    for s0 in range(unit["start"], unit["stop"], shard):
+        s1 = min(s0 + shard, unit["stop"])
+        buf = np.zeros((s1 - s0,) + tuple(dst.shape[1:]), dtype=arr.dtype)
+        for k in range(s0, s1):
+            i = k - unit["start"]
+            if table["status"][i] != 0:
+                continue
+            cut = read_padded(cache, table["origin"][i], table["size"][i], p.pad_mode, p.pad_value)
+            if tuple(cut.shape[len(lead_shape):]) != out_size(p):
+                cut = cast(resample_linear(cut, out_size(p)), arr.dtype)
+            buf[k - s0] = cut.reshape(buf.shape[1:])
+        dst[s0:s1] = buf
+        written += buf.nbytes
+    return written
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    out = Path(p.output)
+    cols = {k: zarr.open_array(str(out / "table" / k), mode="r")[...] for k in
+            ("point_id", "center", "origin", "size", "label", "status")}
+    n_space = cols["center"].shape[1]
+    axes = "zyx"[-n_space:]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["index", "point_id", "source"] + [f"center_{a}" for a in axes] + [f"origin_{a}" for a in axes]
+                    + [f"size_{a}" for a in axes] + ["label", "status"])
+    for i in range(len(cols["point_id"])):
+        writer.writerow([i, int(cols["point_id"][i]), p.input] + [round(float(v), 4) for v in cols["center"][i]]
+                        + [int(v) for v in cols["origin"][i]] + [int(v) for v in cols["size"][i]]
+                        + [int(cols["label"][i]), STATUS[int(cols["status"][i])]])
+    atomic_write_bytes(out / "points.csv", buf.getvalue().encode())
+    arr, vs = open_image(p)
+    kept = int((cols["status"] == 0).sum())
+    zarr.open_group(str(out), mode="a").attrs["zarrmill"] = {"patch_store": {
+        "source": str(Path(p.input).resolve()), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
+        "network_voxel_size": p.network_voxel_size, "patch_size": list(out_size(p)), "centering": p.centering,
+        "edge": p.edge, "points": p.points, "n": len(cols["point_id"]), "kept": kept,
+        "dropped": len(cols["point_id"]) - kept, "complete": True}}
+
+
+def describe_unit(unit: Unit) -> str:
+    return f"patches {unit['start']}-{unit['stop']}"

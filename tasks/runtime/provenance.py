@@ -1,0 +1,72 @@
+"""Provenance in every output store, under one namespaced key (``zarrmill.provenance`` in the root
+attributes of a zarr store; ``zarrmill-provenance.json`` beside other outputs): zarrmill version,
+workflow name, file and hash, host, and per step the task, its parameters, its inputs with sizes
+and mtimes, start and end time. ``zarrmill check`` prints it. Each step adds its own entry, so a
+plate written by ingest, pyramid and reshard lists all three."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..io.atomic import atomic_write_json
+
+SIDE_FILE = "zarrmill-provenance.json"
+
+
+def input_record(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {"path": str(path), "exists": False}
+    if path.is_file():
+        st = path.stat()
+        return {"path": str(path.resolve()), "bytes": st.st_size, "mtime": st.st_mtime}
+    files = [f for f in path.rglob("*") if f.is_file() and ".zarrmill" not in f.parts]
+    return {"path": str(path.resolve()), "files": len(files), "bytes": sum(f.stat().st_size for f in files),
+            "mtime": max((f.stat().st_mtime for f in files), default=0.0)}
+
+
+def _is_zarr_group(root: Path) -> bool:
+    if (root / "zarr.json").exists():
+        return json.loads((root / "zarr.json").read_text()).get("node_type") == "group"
+    return (root / ".zgroup").exists()
+
+
+def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any]) -> None:
+    """Add or replace one step's entry in ``root``'s provenance."""
+    root = Path(root)
+    entry = {"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow}
+    if _is_zarr_group(root):
+        import zarr
+
+        group = zarr.open_group(str(root), mode="a")
+        ours = dict(group.attrs.get("zarrmill", {}))
+        prov = {**ours.get("provenance", {}), **entry}
+        prov["steps"] = {**prov.get("steps", {}), step["step"]: step}
+        ours["provenance"] = prov
+        group.attrs["zarrmill"] = ours
+        return
+    target = root / SIDE_FILE if root.is_dir() else root.with_name(root.name + ".provenance.json")
+    prov = json.loads(target.read_text()) if target.exists() else {}
+    prov.update(entry)
+    prov["steps"] = {**prov.get("steps", {}), step["step"]: step}
+    atomic_write_json(target, prov)
+
+
+def read_provenance(root: Path) -> dict[str, Any] | None:
+    root = Path(root)
+    for meta in (root / "zarr.json", root / ".zattrs"):
+        if meta.exists():
+            doc = json.loads(meta.read_text())
+            attrs = doc.get("attributes", doc) if meta.name == "zarr.json" else doc
+            if "provenance" in attrs.get("zarrmill", {}):
+                return attrs["zarrmill"]["provenance"]
+    side = root / SIDE_FILE
+    return json.loads(side.read_text()) if side.exists() else None
+
+
+def step_entry(step: str, task: str, params: dict[str, Any], inputs: list[Path], started: float) -> dict[str, Any]:
+    return {"step": step, "task": task, "params": params, "inputs": [input_record(p) for p in inputs],
+            "started": round(started, 3), "ended": round(time.time(), 3)}

@@ -1,0 +1,190 @@
+"""Scheduled conversions: for_each over acquisitions, readiness, run history, locks, provenance,
+and the deploy/schedule examples' commands."""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, zarrmill_subprocess
+from tasks.io.conformance import check_store
+from tasks.runtime.history import History
+from tasks.runtime.provenance import read_provenance
+
+WORKFLOW = REPO / "workflows" / "scheduled-cellvoyager.yaml"
+
+
+def acquire(cli, folder: Path, seed: int, wells=("B03",)):
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={folder}",
+                       "--set", f"wells={list(wells)}", "--set", "grid=[1,2]", "--set", "shape=[48,64]",
+                       "--set", "channels=1", "--set", f"seed={seed}")
+    assert code == 0, err
+    # generate-plate keeps its ledger in the folder; an instrument would not
+    subprocess.run(["rm", "-rf", str(folder / ".zarrmill")], check=True)
+
+
+def sets(tmp_path: Path, quiet: int = 0) -> list[str]:
+    return ["--set", f"vars.incoming={tmp_path / 'incoming'}", "--set", f"vars.out={tmp_path / 'out'}",
+            "--set", "executor.kind=threads", "--set", f"for_each.ready.quiet_seconds={quiet}",
+            "--set", "steps.reshard.params.overview_size=32", "--set", "steps.reshard.params.min_size=32",
+            "--set", "steps.pyramid.params.min_size=32"]
+
+
+def latest(tmp_path: Path) -> dict[str, str]:
+    history = History(tmp_path / "out" / ".zarrmill-state")
+    return {r.dataset: r.status for r in history.all()}
+
+
+def done_count(tmp_path: Path, name: str) -> int:
+    return sum(1 for r in History(tmp_path / "out" / ".zarrmill-state").all() if r.dataset == name and r.status == "done")
+
+
+def test_converts_ready_datasets_then_only_the_one_that_completed(cli, tmp_path):
+    for i, name in enumerate(("plate1", "plate2", "plate3")):
+        acquire(cli, tmp_path / "incoming" / name, seed=i)
+    mlf = tmp_path / "incoming" / "plate3" / "MeasurementData.mlf"
+    held = mlf.read_bytes()
+    mlf.unlink()  # still being written: the instrument writes the mlf last
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 0, err
+    assert "2 converted, 1 waiting" in out
+    assert latest(tmp_path) == {"plate1": "done", "plate2": "done", "plate3": "waiting"}
+    mlf.write_bytes(held)
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 0, err
+    assert "1 converted, 2 up to date" in out
+    assert [done_count(tmp_path, n) for n in ("plate1", "plate2", "plate3")] == [1, 1, 1]
+    for name in ("plate1", "plate2", "plate3"):
+        assert check_store(tmp_path / "out" / f"{name}.ome.zarr")[0] == []
+    code, out, _ = cli("runs", WORKFLOW, *sets(tmp_path)[:4])
+    assert code == 0 and out.count(" done ") == 3
+
+
+def test_quiet_period_waits_for_recent_changes(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "fresh", seed=1)
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path, quiet=3600))
+    assert code == 0 and "[fresh] waiting: files changed" in out
+
+
+def test_failed_dataset_recorded_does_not_block_others_and_retry_converts_it(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "good", seed=1)
+    acquire(cli, tmp_path / "incoming" / "bad", seed=2)
+    tif = sorted((tmp_path / "incoming" / "bad").glob("*.tif"))[0]
+    good_bytes = tif.read_bytes()
+    tif.write_bytes(b"II*\x00corrupt")
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 1 and "1 datasets failed: bad" in err
+    runs = {r.dataset: r for r in History(tmp_path / "out" / ".zarrmill-state").all()}
+    assert runs["good"].status == "done" and runs["bad"].status == "failed"
+    assert tif.name in runs["bad"].error and "cannot read image" in runs["bad"].error
+    code, out, _ = cli("runs", WORKFLOW, "--failed", *sets(tmp_path)[:4])
+    assert "bad" in out and "good" not in out
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))  # unchanged: not retried by itself
+    assert "failed before with the same input" in out
+    tif.write_bytes(good_bytes)
+    os.utime(tif, (time.time() - 100, time.time() - 100))
+    code, out, _ = cli("runs", WORKFLOW, "--retry", *sets(tmp_path)[:4])
+    assert "re-queued 1 failed datasets: bad" in out
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 0, err
+    assert latest(tmp_path)["bad"] == "done" and done_count(tmp_path, "good") == 1
+
+
+def test_lock_left_by_a_killed_run_is_taken_over(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "plate1", seed=1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = tmp_path / "out" / ".zarrmill-state" / "locks" / "plate1.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "token": "x", "since": 0}))
+    code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 0, err
+    assert "taking over stale lock plate1.lock" in out
+    assert latest(tmp_path)["plate1"] == "done" and not lock.exists()
+
+
+def test_live_lock_is_respected(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "plate1", seed=1)
+    lock = tmp_path / "out" / ".zarrmill-state" / "locks" / "plate1.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"host": "another-host", "pid": 1, "token": "x", "since": time.time()}))
+    code, out, _ = cli("run", WORKFLOW, *sets(tmp_path))
+    assert code == 0 and "1 locked" in out and "held by another-host:1" in out
+
+
+def test_provenance_in_every_output(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "plate1", seed=1)
+    t0 = time.time()
+    assert cli("run", WORKFLOW, *sets(tmp_path))[0] == 0
+    prov = read_provenance(tmp_path / "out" / "plate1.ome.zarr")
+    import hashlib
+
+    from tasks import __version__
+
+    assert prov["zarrmill"] == __version__ and prov["host"] == os.uname().nodename
+    assert prov["workflow"]["name"] == "scheduled-cellvoyager"
+    assert prov["workflow"]["file"] == str(WORKFLOW)
+    expected_hash = hashlib.sha256(WORKFLOW.read_bytes() + "\n".join(sets(tmp_path)[1::2]).encode()).hexdigest()[:16]
+    assert prov["workflow"]["hash"] == expected_hash
+    assert set(prov["steps"]) == {"ingest", "pyramid", "reshard"}
+    ingest = prov["steps"]["ingest"]
+    assert ingest["task"] == "ingest" and ingest["params"]["input"] == str(tmp_path / "incoming" / "plate1")
+    raw = [f for f in (tmp_path / "incoming" / "plate1").iterdir() if f.is_file()]
+    assert ingest["inputs"][0]["bytes"] == sum(f.stat().st_size for f in raw)
+    assert t0 <= ingest["started"] <= ingest["ended"] <= prov["steps"]["reshard"]["ended"] <= time.time()
+    code, out, _ = cli("check", tmp_path / "out" / "plate1.ome.zarr")
+    assert code == 0 and "provenance: zarrmill" in out and "step reshard: task reshard" in out
+
+
+def cron_command(line: str) -> str:
+    fields = line.split(None, 5)
+    assert len(fields) == 6 and all(re.fullmatch(r"[\d*/,-]+", f) for f in fields[:5]), line
+    return fields[5]
+
+
+def localize(command: str, tmp_path: Path) -> str:
+    """The example's command with this checkout and test folders in place of /opt and /data."""
+    command = command.replace("/opt/zarrmill/.venv/bin/zarrmill", f"{shlex.quote(sys.executable)} -m tasks")
+    command = command.replace("/opt/zarrmill/", f"{REPO}/").replace("/data/incoming", str(tmp_path / "incoming"))
+    command = command.replace("/data/zarr", str(tmp_path / "out")).replace("cd /data", f"cd {tmp_path}")
+    return command.replace("--set executor.kind=slurm", "--set executor.kind=threads")
+
+
+def test_deploy_schedule_examples_run_as_written(cli, tmp_path):
+    acquire(cli, tmp_path / "incoming" / "plate1", seed=1)
+    (tmp_path / "out").mkdir()
+    cron = (REPO / "deploy" / "schedule" / "zarrmill.crontab").read_text()
+    env = dict(line.split("=", 1) for line in cron.splitlines() if re.match(r"^[A-Z]+=", line))
+    line = next(ln for ln in cron.splitlines() if ln and not ln.startswith("#") and "=" not in ln.split()[0])
+    command = cron_command(line)
+    for k, v in env.items():
+        command = command.replace(f"${k}", v)
+    quick = " --set for_each.ready.quiet_seconds=0 --set steps.pyramid.params.min_size=32"
+    quick += " --set steps.reshard.params.min_size=32 --set steps.reshard.params.overview_size=32"
+    cmd = localize(command, tmp_path).replace(" >> ", quick + " >> ")
+    assert subprocess.run(cmd, shell=True).returncode == 0
+    assert "1 converted" in (tmp_path / "out" / "zarrmill-cron.log").read_text()
+    scron = (REPO / "deploy" / "schedule" / "zarrmill.scrontab").read_text()
+    assert "#SCRON --time=" in scron
+    sline = next(ln for ln in scron.splitlines() if ln and not ln.startswith("#"))
+    cmd = localize(cron_command(sline), tmp_path) + quick
+    proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and "1 up to date" in proc.stdout, proc.stderr
+    service = (REPO / "deploy" / "schedule" / "zarrmill-scheduled.service").read_text()
+    timer = (REPO / "deploy" / "schedule" / "zarrmill-scheduled.timer").read_text()
+    assert re.search(r"^OnCalendar=\*-\*-\* \*:07:00$", timer, re.M) and "Unit" in timer
+    exec_start = re.search(r"^ExecStart=(.+)$", service, re.M).group(1)
+    proc = subprocess.run(localize(exec_start, tmp_path) + quick, shell=True, capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and "1 up to date" in proc.stdout, proc.stderr
+
+
+def test_validate_for_each_workflow_without_datasets(cli):
+    code, out, err = cli("validate", WORKFLOW)
+    assert code == 0, err
+    assert "ingest (ingest), pyramid (pyramid), reshard (reshard)" in out
