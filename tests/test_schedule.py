@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from conftest import REPO
 
-from conftest import REPO, zarrmill_subprocess
 from tasks.io.conformance import check_store
 from tasks.runtime.history import History
 from tasks.runtime.provenance import read_provenance

@@ -3,6 +3,7 @@ provenance entry in each step's output afterwards. ``for_each`` workflows go to 
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,8 +22,16 @@ def default_run_dir(workflow: Workflow) -> Path:
 
 
 def workflow_hash(wf: Workflow) -> str:
+    """The workflow file as run: its text and the --set overrides."""
     text = Path(wf.source).read_bytes() if Path(wf.source).is_file() else wf.source.encode()
     return hashlib.sha256(text + "\n".join(wf.sets).encode()).hexdigest()[:16]
+
+
+def steps_hash(wf: Workflow) -> str:
+    """What shapes the outputs: each step's task, task version and parameters (not the executor)."""
+    steps = [{"step": s.name, "task": s.task, "version": get_task(s.task).version,
+              "params": s.params.model_dump(mode="json")} for s in wf.steps]
+    return hashlib.sha256(json.dumps(steps, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
@@ -53,7 +62,8 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
     reports = []
     changed: set[str] = set()
     wf_info = {"name": wf.name, "file": str(Path(wf.source).resolve()) if Path(wf.source).is_file() else wf.source,
-               "hash": workflow_hash(wf), **({"dataset": str(wf.dataset.path)} if wf.dataset else {})}
+               "hash": workflow_hash(wf), "steps_hash": steps_hash(wf),
+               **({"dataset": str(wf.dataset.path)} if wf.dataset else {})}
     for step in (s for s in wf.steps if not only or s.name in only):
         started = time.time()
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries,

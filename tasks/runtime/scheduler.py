@@ -15,7 +15,7 @@ from .datasets import Dataset, discover, fingerprint, readiness
 from .executors import Executor
 from .history import History
 from .locks import DatasetLock, Locked
-from .runner import _run_dir, run_steps, workflow_hash
+from .runner import _run_dir, run_steps, steps_hash
 from .workflow import Workflow
 
 
@@ -43,9 +43,8 @@ def state_dir(wf: Workflow) -> Path:
 def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -> Outcome:
     fe = wf.for_each
     history = History(state_dir(wf))
-    wf_hash = workflow_hash(wf)
     outcome = Outcome()
-    todo: list[tuple[Dataset, str, int]] = []
+    todo: list[tuple[Dataset, str, int, str]] = []
     for ds in discover(fe.glob, fe.list):
         ready, why = readiness(ds, fe.ready.marker, fe.ready.quiet_seconds)
         if not ready:
@@ -54,6 +53,11 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
             print(f"[{ds.name}] waiting: {why}", flush=True)
             continue
         fp, nbytes = fingerprint(ds)
+        try:
+            wf_hash = steps_hash(wf.for_dataset(ds))  # a changed step parameter reconverts
+        except ZarrmillError as err:
+            _record_failure(history, ds, fp, nbytes, "invalid", err, outcome)
+            continue
         verdict = _verdict(history, ds, fp, wf_hash)
         if verdict == "up to date":
             outcome.up_to_date.append(ds.name)
@@ -62,16 +66,16 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
             print(f"[{ds.name}] failed before with the same input; fix it and rerun, or "
                   f"zarrmill runs --retry {wf.source}", flush=True)
         else:
-            todo.append((ds, fp, nbytes))
+            todo.append((ds, fp, nbytes, wf_hash))
     if dry_run:
-        for ds, _, _ in todo:
+        for ds, *_ in todo:
             print(f"[{ds.name}] would convert {ds.path}")
         return outcome
     if todo:
         with Executor(wf.executor, wf.name, _run_dir(wf)) as executor, \
                 ThreadPoolExecutor(fe.max_concurrent) as pool:
             jobs = [pool.submit(_convert, wf, executor, history, ds, fp, nbytes, wf_hash, overwrite, outcome)
-                    for ds, fp, nbytes in todo]
+                    for ds, fp, nbytes, wf_hash in todo]
             for job in jobs:
                 job.result()
     print(f"{wf.name}: {outcome.summary()}", flush=True)
@@ -79,6 +83,14 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
         raise StepFailedError(f"{len(outcome.failed)} datasets failed: {', '.join(outcome.failed)}; "
                               f"see zarrmill runs --failed {wf.source}")
     return outcome
+
+
+def _record_failure(history: History, ds: Dataset, fp: str, nbytes: int, wf_hash: str, err: Exception,
+                    outcome: Outcome) -> None:
+    run_id = history.start(ds.name, str(ds.path), wf_hash, fp, nbytes)
+    history.end(run_id, "failed", error=str(err).splitlines()[0][:2000])
+    outcome.failed.append(ds.name)
+    print(f"[{ds.name}] failed: {err}", file=sys.stderr, flush=True)
 
 
 def _verdict(history: History, ds: Dataset, fp: str, wf_hash: str) -> str:
