@@ -151,3 +151,26 @@ def test_hcs_chain_on_four_slurm_workers_matches_single_process(cli, slurm, tmp_
         a = (tmp_path / "sync" / rel).read_text().replace(str(tmp_path / "sync"), "ROOT")
         b = (tmp_path / "slurm" / rel).read_text().replace(str(tmp_path / "slurm"), "ROOT")
         assert a == b, rel
+
+
+def test_patch_extract_on_slurm_workers_matches_one_process(cli, slurm, tmp_path):
+    import numpy as np
+
+    image = tmp_path / "img.zarr"
+    gen = {"task": "generate", "params": {"output": str(image), "shape": [40, 96, 96], "chunks": [8, 32, 32],
+                                          "n_blobs": 60, "pixel_size": [4.0, 1.0, 1.0]}}
+    assert cli("run", write_workflow(tmp_path / "gen.yaml", {"gen": gen}))[0] == 0
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "pts.npy", rng.uniform(0, 1, (500, 3)) * [40, 96, 96])
+
+    def step(out):
+        return {"cut": {"task": "patch-extract", "params": {
+            "input": str(image), "output": str(out), "points": str(tmp_path / "pts.npy"), "cuboid": [5, 16, 16],
+            "network_voxel_size": [4.0, 2.0, 2.0], "edge": "pad", "patches_per_shard": 16, "patches_per_unit": 64}}}
+
+    assert cli("run", write_workflow(tmp_path / "one.yaml", step(tmp_path / "one.zarr")))[0] == 0
+    wf = write_workflow(tmp_path / "many.yaml", step(tmp_path / "many.zarr"), name="patches",
+                        executor=slurm_executor(slurm, tmp_path, jobs=3))
+    code, _, err = cli("run", wf)
+    assert code == 0, err
+    assert tree_digest(tmp_path / "one.zarr") == tree_digest(tmp_path / "many.zarr")
