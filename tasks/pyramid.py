@@ -134,7 +134,6 @@ def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array) -> list[tuple[tup
         shards = None
         if meta.zarr_format == 3 and p.shard_mb:
             shards = level_shards(shape, chunks, spatial, itemsize, int(p.shard_mb * 2**20))
-            shards = None if shards == chunks else shards
         specs.append((factors, ArraySpec(shape, str(arr0.dtype), chunks, shards, codec, meta.zarr_format,
                                          tuple(meta.axis_names)), level))
     return specs

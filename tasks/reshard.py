@@ -143,6 +143,7 @@ class Well:
         if zarr_format == 3:
             if is_regular_grid(self.fovs) and not p.chunk_yx:
                 shards = (1,) * (n - 2) + tuple(fov_yx)  # one shard per FOV plane, aligned with the grid
+                shards = None if shards == chunks else shards  # a one-chunk shard only costs reads
             else:
                 fov_bytes = math.prod(fov_yx) * self.dtype.itemsize
                 shards = level_shards(self.shape, chunks, [n - 2, n - 1], self.dtype.itemsize, fov_bytes)

@@ -56,7 +56,7 @@ def test_regular_grid_is_pixel_exact_and_inverse_view(cli, tmp_path):
     for row in rows:
         src = zarr.open_array(str(plate / row["source_path"] / "0"))[:]
         np.testing.assert_array_equal(read_fov(img, row["FieldIndex"]), src)
-    # level-0 shards are FOV-sized and aligned with the FOV grid
+    # level-0 chunks (or shards, where a FOV holds several chunks) are FOV-sized and aligned with the FOV grid
     meta = json.loads((img / "0" / "zarr.json").read_text())
     assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [1, 1, 60, 80]
     validate_store(plate)
