@@ -48,6 +48,7 @@ class Executor:
     def _start(self, resources: Resources | None) -> tuple[Any, Any]:
         from distributed import Client, LocalCluster
 
+        quiet_dask_logs()
         kind = self.spec.kind
         if kind == "address":
             if not self.spec.address:
@@ -79,6 +80,16 @@ class Executor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def quiet_dask_logs() -> None:
+    """dask's logging config gives sub-loggers (distributed.scheduler, ...) their own INFO level;
+    outside --debug only their errors belong on a user's terminal."""
+    if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("distributed", "dask_jobqueue"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
