@@ -112,6 +112,8 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
                     or dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])
     kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV, f"cd {run_dir}"] + prologue
     kwargs.setdefault("python", sys.executable)
+    # several pools (per-step resources) each run a scheduler: let each dashboard pick a free port
+    kwargs.setdefault("scheduler_options", {"dashboard_address": ":0"})
     kwargs.setdefault("local_directory", str(run_dir / "dask"))
     return kwargs
 

@@ -1,4 +1,5 @@
 """The runtime on a real single-node SLURM through dask-jobqueue."""
+import re
 import subprocess
 import threading
 import time
@@ -174,3 +175,32 @@ def test_patch_extract_on_slurm_workers_matches_one_process(cli, slurm, tmp_path
     code, _, err = cli("run", wf)
     assert code == 0, err
     assert tree_digest(tmp_path / "one.zarr") == tree_digest(tmp_path / "many.zarr")
+
+
+def test_step_resources_get_their_own_pools_and_adapt_scales_from_zero(cli, slurm, tmp_path):
+    import json
+
+    def check(name, units):
+        return {"task": "cluster-check", "params": {"output": str(tmp_path / name), "units": units, "busy_ms": 50}}
+
+    executor = slurm_executor(slurm, tmp_path, jobs=1)
+    executor.pop("jobs")
+    executor["adapt"] = {"minimum_jobs": 0, "maximum_jobs": 2}
+    steps = {"small": check("small", 12), "big": {**check("big", 12), "needs": ["small"],
+                                                    "resources": {"memory": "2GB", "cores": 1}}}
+    code, _, err = cli("run", write_workflow(tmp_path / "wf.yaml", steps, executor=executor, name="pools"))
+    assert code == 0, err
+
+    def jobs_of(name):
+        return {json.loads(f.read_text())["slurm_job"] for f in (tmp_path / name / "units").glob("*.json")}
+
+    small, big = jobs_of("small"), jobs_of("big")
+    assert None not in small | big and small and big
+    assert not small & big, "a step with other resources must run in its own pool of jobs"
+    def memory_mb(job: str) -> float:
+        info = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+        value = re.search(r"MinMemoryNode=([0-9.]+)([MG])", info)
+        assert value, info  # finished jobs stay visible for MinJobAge=300 s
+        return float(value.group(1)) * (1024 if value.group(2) == "G" else 1)
+
+    assert memory_mb(next(iter(big))) > 1.5 * memory_mb(next(iter(small)))
