@@ -102,3 +102,20 @@ def test_downstream_step_reruns_when_an_upstream_step_changed(cli, tmp_path):
     assert code == 0, err
     assert "[copy] already done" not in err
     np.testing.assert_array_equal(zarr.open_array(str(dst / "0"))[:], zarr.open_array(str(src / "0"))[:])
+
+
+def test_executor_clients_never_become_dasks_default_scheduler(tmp_path):
+    """Otherwise closing several pools (per-step resources) in creation order left dask pointing at
+    a closed scheduler, and the user's own dask code (e.g. ome-zarr-py reads) failed afterwards."""
+    import dask
+    import dask.array as da
+
+    from tasks.runtime.executors import Executor
+    from tasks.runtime.spec import ExecutorSpec
+
+    with Executor(ExecutorSpec(kind="threads", workers=1), "t", tmp_path) as ex:
+        client = ex.client_for(None)
+        assert client.status == "running"
+        assert dask.config.get("scheduler", None) != "dask.distributed"
+        assert int(da.ones(10, chunks=5).sum().compute()) == 10  # plain dask, not the client
+    assert int(da.ones(10, chunks=5).sum().compute()) == 10

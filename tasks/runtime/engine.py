@@ -162,15 +162,17 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
         return client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
                           key=keys, retries=opts.retries, pure=False)
 
-    ac = as_completed(submit(limit), with_results=True, raise_errors=False)
-    for batch in ac.batches():
-        for fut, result in batch:
-            unit = by_key.pop(fut.key)
-            if fut.status == "finished":
-                yield unit, result, None
-            else:
-                yield unit, 0, _describe_future_error(task, unit, result)
-        ac.update(submit(len(batch)))
+    # current for as_completed only: the client is never dask's global default (executors.py)
+    with client.as_current():
+        ac = as_completed(submit(limit), with_results=True, raise_errors=False)
+        for batch in ac.batches():
+            for fut, result in batch:
+                unit = by_key.pop(fut.key)
+                if fut.status == "finished":
+                    yield unit, result, None
+                else:
+                    yield unit, 0, _describe_future_error(task, unit, result)
+            ac.update(submit(len(batch)))
 
 
 def _stages(units: list[Unit]) -> list[list[Unit]]:

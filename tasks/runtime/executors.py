@@ -53,7 +53,7 @@ class Executor:
         if kind == "address":
             if not self.spec.address:
                 raise ExecutorError("executor.kind is 'address' but executor.address is not set")
-            return None, Client(self.spec.address)
+            return None, Client(self.spec.address, set_as_default=False)
         if kind == "slurm":
             return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
         workers = self.spec.workers or (1 if kind == "threads" else os.cpu_count() or 1)
@@ -63,13 +63,15 @@ class Executor:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
                                    processes=kind == "local", dashboard_address=":0",
                                    silence_logs=logging.ERROR, local_directory=str(self.run_dir / "dask"))
-        return cluster, Client(cluster)
+        return cluster, Client(cluster, set_as_default=False)
 
     def dashboard_links(self) -> list[str]:
         return [c.dashboard_link for _, c in self._pools.values() if c is not None]
 
     def close(self) -> None:
-        for cluster, client in self._pools.values():
+        # clients never become dask's global default (set_as_default=False), so closing several
+        # pools cannot leave dask pointing at a closed scheduler for the user's own dask code
+        for cluster, client in reversed(list(self._pools.values())):
             client.close()
             if cluster is not None:
                 cluster.close()
@@ -129,7 +131,7 @@ def start_slurm_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Re
         cluster = SLURMCluster(**kwargs)
     except (TypeError, ValueError) as err:
         raise ExecutorError(f"executor.slurm: SLURMCluster rejected the settings: {err}") from err
-    client = Client(cluster)
+    client = Client(cluster, set_as_default=False)
     if spec.adapt is not None:
         cluster.adapt(minimum_jobs=spec.adapt.minimum_jobs, maximum_jobs=spec.adapt.maximum_jobs)
         wanted = min(1, spec.adapt.minimum_jobs)
