@@ -128,7 +128,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         ensure_group(out, 3)
     for i, src in enumerate(sources):
         chunks, blocks = layout_for(p, src)
-        base = {"case": i, "name": src.name, "chunks": list(chunks), "blocks": list(blocks) if blocks else None,
+        base = {"case": i, "path": str(src.path), "out": str(_out_path(p, src, len(sources))), "name": src.name,
+                "chunks": list(chunks), "blocks": list(blocks) if blocks else None,
                 "codec": {k: choice[k] for k in ("codec", "clevel", "filter")}}
         if p.format == "b2nd":
             units.append({"id": src.name, **base})
@@ -153,7 +154,7 @@ def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) ->
 
 
 def run_unit(p: Params, unit: Unit) -> int:
-    src = _sources(p)[unit["case"]]
+    src = open_source(unit["path"], p.level, p.axes)  # only this unit's case
     c = unit["codec"]
     if p.format == "b2nd":
         params = cparams(c["codec"], c["clevel"], c["filter"], src.dtype.itemsize)
@@ -164,8 +165,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             import blosc2
 
             _, blocks = blosc2.compute_chunks_blocks(src.shape, unit["chunks"], dtype=src.dtype)
-        return write_b2nd(_out_path(p, src, len(case_paths(p.input))), src.shape, src.dtype, src.read,
-                          unit["chunks"], blocks, params, meta)
+        return write_b2nd(Path(unit["out"]), src.shape, src.dtype, src.read, unit["chunks"], blocks, params, meta)
     sl = region_slices(unit["region"])
     data = src.read(sl)
     arr = open_for_write(_zarr_array(p, src))
