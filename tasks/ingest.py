@@ -237,7 +237,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     acq = read_acquisition(p)
     root = Path(p.output)
     origins = well_origins(acq)
-    missing = sorted({pl.path for pl in acq.planes if not Path(pl.path).exists()})
+    missing = {pl.path for pl in acq.planes if not Path(pl.path).exists()}
     fields = acq.fields()
     paths = [field_path(r, c, f, acq) for (r, c, f) in fields]
     arrays = [zarr.open_array(str(root / path / "0"), mode="r") for path in paths]
@@ -246,7 +246,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         first = planes[0]
         extra = {"source": acq.source, "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                  "instrument_well": first.well_name, "field_index": fld, "acquired": first.time,
-                 "missing_planes": [Path(pl.path).name for pl in planes if pl.path in set(missing)]}
+                 "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]}
         write_field_image(root / path, acq, p.ngff_version, field_levels(acq, first, origins[(row, col)]),
                           windows, extra)
     field_count = max(len(f) for f in acq.wells().values())

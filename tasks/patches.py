@@ -89,17 +89,21 @@ class Params(TaskParams):
 
 
 # -- the input image --------------------------------------------------------------------------------
+def open_level(path: str | Path, level: int) -> tuple[zarr.Array, tuple[float, ...]]:
+    """(array of an OME-Zarr level or a plain zarr array, spatial voxel sizes from its scale)."""
+    attrs, _ = read_attrs(Path(path))
+    if "multiscales" not in attrs:
+        arr = zarr.open_array(str(path), mode="r")
+        return arr, (1.0,) * arr.ndim
+    meta = read_image(Path(path))
+    lv = meta.levels[min(level, len(meta.levels) - 1)]
+    return (zarr.open_array(str(Path(path) / lv.path), mode="r"),
+            tuple(s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"))
+
+
 def open_image(p: Params) -> tuple[zarr.Array, tuple[float, ...]]:
     """(level array, spatial voxel size in um)."""
-    attrs, _ = read_attrs(Path(p.input))
-    if "multiscales" in attrs:
-        meta = read_image(Path(p.input))
-        level = meta.levels[min(p.level, len(meta.levels) - 1)]
-        arr = zarr.open_array(str(Path(p.input) / level.path), mode="r")
-        scale = tuple(s for a, s in zip(meta.axis_names, level.scale) if a in "zyx")
-    else:
-        arr = zarr.open_array(str(p.input), mode="r")
-        scale = (1.0,) * arr.ndim
+    arr, scale = open_level(p.input, p.level)
     n_space = len(p.cuboid or p.tile or [])
     if arr.ndim < n_space:
         raise InputError(f"{p.input}: {arr.ndim} axes, fewer than the {n_space} spatial axes of the patch")
@@ -172,7 +176,7 @@ def _random_requests(p: Params, arr: zarr.Array, space: tuple[int, ...]) -> dict
 def foreground_voxels(path: str, level: int, n_space: int, seed: int, per_chunk: int = 256) -> np.ndarray:
     """Up to ``per_chunk`` seeded foreground coordinates from every chunk of a label image (like
     nnU-Net's class locations), read chunk by chunk."""
-    lab, _ = open_image(Params(input=path, output="-", mode="grid", tile=[1] * n_space, level=level))
+    lab, _ = open_level(path, level)
     rng = np.random.default_rng(seed + 1)
     space = lab.shape[-n_space:]
     chunks = lab.chunks[-n_space:]

@@ -74,9 +74,11 @@ def _layout(name: str, shape: tuple[int, ...], itemsize: int, patch: list[int]):
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     out = Path(p.output)
-    out.mkdir(parents=True, exist_ok=True)
-    samples = _samples(p)  # fail early on bad input
+    shutil.rmtree(out / "samples", ignore_errors=True)
+    (out / "samples" / "source").mkdir(parents=True)
+    samples = _samples(p)  # read once here; every candidate unit loads these crops
     for name, data in samples:
+        np.save(out / "samples" / "source" / f"{name}.npy", data)
         if any(pp > s for pp, s in zip(p.patch, data.shape[-len(p.patch):])):
             from .errors import InputError
 
@@ -94,7 +96,8 @@ def run_unit(p: Params, unit: Unit) -> int:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     paths, raw, comp = [], 0, 0
-    for name, data in _samples(p):
+    for src in sorted((Path(p.output) / "samples" / "source").glob("*.npy")):
+        name, data = src.stem, np.load(src)
         if unit["kind"] == "npy":
             path = out / f"{name}.npy"
             np.save(path, data)
@@ -120,6 +123,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 def finish(p: Params, ctx: PlanContext) -> None:
     out = Path(p.output)
     rows = [yaml.safe_load(f.read_text()) for f in sorted((out / "samples").glob("*.yaml"))]
+    shutil.rmtree(out / "samples" / "source", ignore_errors=True)
     npy = next(r for r in rows if r["id"] == "npy")
     rows = sorted((r for r in rows if r["id"] != "npy"), key=lambda r: -r["patches_per_s"])
     for r in rows:

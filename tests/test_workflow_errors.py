@@ -110,3 +110,8 @@ def test_run_with_bad_workflow_writes_nothing(cli, tmp_path, good):
     code, _, err = cli("run", wf)
     assert code == 2 and "greater than or equal to 0" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_misspelled_step_key_lists_the_step_fields(cli, tmp_path, good):
+    line = run_bad(cli, tmp_path, good.replace("    needs: [gen]", "    need: [gen]"))
+    assert "steps.copy.need: unknown field; allowed: task, params, needs, resources" in line

@@ -14,8 +14,6 @@ import numpy as np
 from ..errors import InputError
 
 SLAB_BYTES = 64 * 2**20
-CODECS = ("lz4", "lz4hc", "zstd", "blosclz")
-FILTERS = ("shuffle", "bitshuffle", "nofilter")
 
 
 def cparams(codec: str, clevel: int, filt: str, typesize: int) -> dict[str, Any]:

@@ -136,10 +136,8 @@ def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
     current: Any = model
     for part in loc[:-1]:
         fields = getattr(current, "model_fields", {})
-        if part in fields:
+        if part in fields:  # otherwise a dict key (a step name) or list index: same model
             current = _model_in(fields[part].annotation)
-        elif hasattr(current, "model_fields") and isinstance(part, str):
-            current = None
         if current is None:
             return ["see zarrmill schema"]
     return list(getattr(current, "model_fields", {})) or ["see zarrmill schema"]

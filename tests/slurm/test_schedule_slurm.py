@@ -2,11 +2,10 @@
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from tasks.io.conformance import check_store
 from tasks.runtime.history import History
 
