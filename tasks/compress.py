@@ -34,11 +34,12 @@ from .io.atomic import atomic_write_json
 from .io.b2layout import nnunet_layout, patch_layout
 from .io.b2store import cparams, write_b2nd
 from .io.codec_trial import Policy, choose, run_trials, sample_chunks
-from .io.ngff import Level, make_axes, write_image_metadata
+from .io.ngff import WRITER_MODULES, Level, make_axes, write_image_metadata
 from .io.sources import Source, case_paths, describe, open_source
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"
+FINISH_IMPORTS = WRITER_MODULES
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
 
 

@@ -34,6 +34,7 @@ from .io.arrays import (
 from .io.downsample import downsample, out_shape
 from .io.layout import level_chunks, level_shards
 from .io.ngff import (
+    WRITER_MODULES,
     ImageMeta,
     Level,
     plate_images,
@@ -43,6 +44,7 @@ from .io.ngff import (
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
+FINISH_IMPORTS = WRITER_MODULES
 SLAB_BYTES = 4 * 2**20
 
 

@@ -41,6 +41,7 @@ from .io.hcs import split_side
 from .io.layout import level_shards
 from .io.ngff import (
     NGFF_FORMATS,
+    WRITER_MODULES,
     ImageMeta,
     Level,
     ome_format,
@@ -53,6 +54,7 @@ from .io.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, p
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 OVERVIEW = "overview"
+FINISH_IMPORTS = WRITER_MODULES
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
 

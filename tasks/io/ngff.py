@@ -116,6 +116,10 @@ def _clean(values: list[float]) -> list[float]:
     return [float(round(v, 9)) for v in values]
 
 
+# what the writers below import (~2 s): tasks list it as FINISH_IMPORTS to load it early
+WRITER_MODULES = ("ome_zarr.format", "ome_zarr.writer")
+
+
 def ome_format(version: str) -> Any:
     from ome_zarr.format import FormatV04, FormatV05
 

@@ -33,14 +33,48 @@ def read_plane(path: str | Path) -> np.ndarray:
 
 
 def _read_tiff(path: Path) -> np.ndarray:
-    """Uncompressed, contiguous TIFFs are memory-mapped (no decode copy: 0.9 vs 2.9 ms for a
-    1080x1280 uint16 plane); anything else is decoded by tifffile."""
+    import tifffile
+
+    return tifffile.imread(path)
+
+
+def read_plane_into(path: str | Path, out: np.ndarray) -> None:
+    """Read one 2D plane into ``out`` (e.g. a slot of a write buffer); its shape and dtype must be
+    ``out``'s. Uncompressed single-page TIFFs are read straight into ``out`` (measured on a
+    1080x1280 uint16 plane: 1.4 ms with the header, vs 2.9 ms for tifffile.imread and 4.7 ms to
+    copy out of a memory map, whose page faults dominate); anything else is decoded."""
+    path = Path(path)
+    if path.suffix.lower() not in PNG and _read_raw_tiff(path, out):
+        return
+    plane = read_plane(path)
+    if plane.shape != out.shape or plane.dtype != out.dtype:
+        raise InputError(f"{path}: {plane.shape} {plane.dtype}, expected {out.shape} {out.dtype}")
+    out[...] = plane
+
+
+def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
+    """True if ``path`` was an uncompressed contiguous TIFF plane and now fills ``out``."""
     import tifffile
 
     try:
-        return tifffile.memmap(path, mode="r")
-    except (ValueError, OSError, IndexError, TypeError):
-        return tifffile.imread(path)
+        with tifffile.TiffFile(path) as tf:
+            page = tf.pages[0]
+            if (len(tf.pages) != 1 or page.compression != 1 or not page.is_contiguous or page.predictor != 1
+                    or page.dtype != out.dtype or tuple(s for s in page.shape if s != 1) != out.shape
+                    or tf.byteorder != ("<" if np.little_endian else ">")):
+                return False
+            offset, nbytes = page.dataoffsets[0], sum(page.databytecounts)
+            if nbytes != out.nbytes or not out.flags.c_contiguous:
+                return False
+            tf.filehandle.seek(offset)
+            got = tf.filehandle.readinto(out)
+    except FileNotFoundError as err:
+        raise InputNotFoundError(f"{path}: file not found") from err
+    except Exception:  # noqa: BLE001 - let the decoding path report what is wrong with it
+        return False
+    if got != out.nbytes:
+        raise InputError(f"{path}: cannot read image (truncated: {got} of {out.nbytes} bytes)")
+    return True
 
 
 def plane_header(path: str | Path) -> tuple[tuple[int, int], str]:

@@ -75,6 +75,8 @@ class Task:
     describe_unit: Callable[[Unit], str]
     version: int
     doc: str
+    # modules finish() needs: imported on a driver thread while the units run (ome_zarr: ~2 s)
+    finish_imports: tuple[str, ...] = ()
 
     @classmethod
     def from_module(cls, name: str, module: types.ModuleType) -> "Task":
@@ -90,6 +92,7 @@ class Task:
             describe_unit=getattr(module, "describe_unit", _default_describe),
             version=int(getattr(module, "VERSION", 1)),
             doc=(module.__doc__ or "").strip(),
+            finish_imports=tuple(getattr(module, "FINISH_IMPORTS", ())),
         )
 
     @property

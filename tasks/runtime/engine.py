@@ -6,9 +6,11 @@ step fails at the end with a summary naming task, unit and the worker's error.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -92,6 +94,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
 
     client = get_client() if todo else None
+    _import_in_background(task.finish_imports if client is not None else ())
     if client is not None:
         _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
@@ -122,6 +125,19 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     ledger.write_record(rec)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _import_in_background(modules: tuple[str, ...]) -> None:
+    """Import what finish() needs while the units run, so its import time overlaps them
+    instead of adding to the step. A failed import is left for finish() to report."""
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - finish() imports it again and shows the error
+                pass
+    if modules:
+        threading.Thread(target=load, name="zarrmill-preload", daemon=True).start()
 
 
 def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
