@@ -32,7 +32,7 @@ from .io.arrays import (
     region_slices,
 )
 from .io.cellvoyager import read_cellvoyager, unlisted_images
-from .io.chunk_writer import write_region
+from .io.chunk_io import write_region
 from .io.hcs import (
     channel_windows,
     field_axes,

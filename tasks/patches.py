@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from .errors import ConfigError, InputError
 from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write
 from .io.atomic import atomic_write_bytes
+from .io.chunk_io import read_chunk, write_region
 from .io.cuboids import (
     ChunkCache,
     cast,
@@ -239,7 +240,24 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
                                 chunks=values.shape, overwrite=True)
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
-    return [{"id": f"p{a}", "start": a, "stop": min(a + per_unit, n)} for a in range(0, n, per_unit)]
+    layer = req["origin"][:, 0] // arr.chunks[-n_space] if n_space == 3 else np.zeros(n, np.int64)
+    return [{"id": f"p{a}", "start": a, "stop": b} for a, b in unit_ranges(layer, shard, per_unit)]
+
+
+def unit_ranges(layer: np.ndarray, shard: int, per_unit: int) -> list[tuple[int, int]]:
+    """Ranges of the z-sorted table made of whole output shards, about ``per_unit`` long, cut
+    after the shard where a new input chunk layer starts once a unit has half its size: a unit
+    ending mid-layer made two units decode that whole layer. (The few new-layer points of that
+    shard stay with the old unit, whose last cuboids reach into the new layer anyway.)"""
+    n = len(layer)
+    out, a = [], 0
+    for b in range(shard, n, shard):
+        size = b - a
+        if size >= per_unit or (size >= per_unit // 2 and layer[b - 1] != layer[b - shard]):
+            out.append((a, b))
+            a = b
+    out.append((a, n))
+    return out
 
 
 def run_unit(p: Params, unit: Unit) -> int:
@@ -251,9 +269,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     lead_shape = arr.shape[:-n_space]
     dst = open_for_write(out / "patches")  # dense: the empty-chunk check cost more than storing rare dropped slots
     shard = dst.shards[0] if dst.shards else 1
-    cache = ChunkCache(lambda idx: np.asarray(arr[tuple(slice(i * c, min((i + 1) * c, s))
-                                                        for i, c, s in zip(idx, arr.chunks, arr.shape))]),
-                       arr.chunks, arr.shape, arr.dtype, int(p.cache_mb * 2**20))
+    cache = ChunkCache(lambda idx: read_chunk(arr, idx), arr.chunks, arr.shape, arr.dtype, int(p.cache_mb * 2**20))
     written = 0
     for s0 in range(unit["start"], unit["stop"], shard):
         s1 = min(s0 + shard, unit["stop"])
@@ -266,7 +282,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             if tuple(cut.shape[len(lead_shape):]) != out_size(p):
                 cut = cast(resample_linear(cut, out_size(p)), arr.dtype)
             buf[k - s0] = cut.reshape(buf.shape[1:])
-        dst[s0:s1] = buf
+        write_region(dst, (s0,) + (0,) * (buf.ndim - 1), buf)
         written += buf.nbytes
     return written
 

@@ -229,3 +229,18 @@ def test_one_worker_and_many_workers_write_identical_stores(cli, tmp_path, execu
     (tmp_path / "patches.zarr").rename(tmp_path / "one.zarr")
     assert extract(cli, tmp_path, image, *common, executor=executor)[0] == 0
     assert tree_digest(tmp_path / "one.zarr") == tree_digest(tmp_path / "patches.zarr")
+
+
+def test_units_end_where_an_input_chunk_layer_starts():
+    from tasks.patches import unit_ranges
+
+    layer = np.repeat([0, 1, 2, 3], [1000, 1000, 1000, 1000])
+    ranges = unit_ranges(layer, shard=64, per_unit=1536)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(layer)
+    assert all(b == c for (_, b), (c, _) in zip(ranges, ranges[1:])), "contiguous, no gaps"
+    assert all(a % 64 == 0 for a, _ in ranges), "whole output shards only"
+    # every cut is just after the shard holding a layer change (a count-based split of 1536
+    # would cut mid-layer at 1536 and 3072)
+    for a, _ in ranges[1:]:
+        assert len(set(layer[a - 64:a])) == 2, f"cut at {a} is not after a layer change"
+    assert [layer[a] for a, _ in ranges] == [0, 1, 2, 3]

@@ -82,6 +82,12 @@ class ChunkCache:
 
     def read(self, start: Sequence[int], stop: Sequence[int]) -> np.ndarray:
         """Region [start, stop) (inside the array) of all axes."""
+        first = tuple(a // c for a, c in zip(start, self.chunks))
+        if all((b - 1) // c == i for b, c, i in zip(stop, self.chunks, first)):
+            # inside one chunk (most cuboids when chunks are much larger than them)
+            chunk = self._chunk(first)
+            return chunk[tuple(slice(a - i * c, b - i * c)
+                               for a, b, i, c in zip(start, stop, first, self.chunks))].copy()
         out = np.empty([b - a for a, b in zip(start, stop)], dtype=self.dtype)
         ranges = [range(a // c, (b - 1) // c + 1) for a, b, c in zip(start, stop, self.chunks)]
         for idx in np.ndindex(*[len(r) for r in ranges]):

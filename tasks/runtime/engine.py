@@ -94,7 +94,8 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
 
     client = get_client() if todo else None
-    _import_in_background(task.finish_imports if client is not None else ())
+    if client is not None and not _in_process(client):
+        _import_in_background(task.finish_imports)
     if client is not None:
         _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
@@ -127,9 +128,14 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     return report
 
 
+def _in_process(client: Any) -> bool:
+    return str(getattr(client.scheduler, "address", "")).startswith("inproc://")
+
+
 def _import_in_background(modules: tuple[str, ...]) -> None:
-    """Import what finish() needs while the units run, so its import time overlaps them
-    instead of adding to the step. A failed import is left for finish() to report."""
+    """Import what finish() needs while the units run in other processes, so its import time
+    overlaps them instead of adding to the step (not for in-process workers: the import would
+    hold the GIL they need). A failed import is left for finish() to report."""
     def load() -> None:
         for name in modules:
             try:

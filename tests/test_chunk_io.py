@@ -2,6 +2,7 @@
 back to zarr-python for everything it does not cover."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import zarr
 from numcodecs import Blosc
 
 from tasks.io.arrays import open_for_write
-from tasks.io.chunk_writer import _layout_of, write_region
+from tasks.io.chunk_io import _layout_of, read_chunk, write_region
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -60,7 +61,8 @@ def test_direct_writes_equal_zarr_bytes(tmp_path: Path, shape, chunks, shards, d
 def test_unaligned_and_sparse_writes_go_through_zarr(tmp_path: Path) -> None:
     arr = _create(tmp_path / "a", (10, 40, 40), (2, 16, 16), "uint16")
     sparse = open_for_write(tmp_path / "a", sparse=True)
-    assert _layout_of(sparse) is None
+    write_region(sparse, (0, 0, 0), np.zeros((2, 16, 16), "uint16"))  # aligned but all fill value
+    assert not (tmp_path / "a" / "c").exists(), "a sparse write must leave empty chunks unstored"
     dense = open_for_write(tmp_path / "a")
     part = np.arange(3 * 10 * 10, dtype="uint16").reshape(3, 10, 10) + 1
     write_region(dense, (1, 5, 7), part)  # not chunk-aligned: zarr does the read-modify-write
@@ -76,3 +78,18 @@ def test_unsupported_codecs_fall_back(tmp_path: Path) -> None:
     assert _layout_of(dense) is None
     write_region(dense, (0, 0), np.ones((8, 8), "uint16"))
     assert int(arr[...].sum()) == 64
+
+
+@pytest.mark.parametrize("shape,chunks,shards,dtype,fmt,shuffle", CASES)
+def test_read_chunk_equals_zarr(tmp_path: Path, shape, chunks, shards, dtype, fmt, shuffle) -> None:
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 200, shape).astype(dtype)
+    data[:, :7] = 0  # some all-zero chunks
+    arr = _create(tmp_path / "a", shape, chunks, dtype, fmt, shards, shuffle)
+    arr[...] = data  # zarr's default: all-fill chunks are not stored, read back as the fill value
+    arr = zarr.open_array(str(tmp_path / "a"), mode="r")
+    assert _layout_of(arr) is not None
+    grid = [range(-(-s // c)) for s, c in zip(shape, chunks)]
+    for coords in itertools.product(*grid):
+        region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, chunks))
+        np.testing.assert_array_equal(read_chunk(arr, coords), data[region])
