@@ -153,3 +153,21 @@ def test_tune_writes_table_plot_and_params_compress_accepts(cli, tmp_path):
                        "--set", f"input={tmp_path / 'sample.npy'}", "--set", f"output={tmp_path / 'out'}")
     assert code == 0, err
     assert open_patches(tmp_path / "out" / "sample.b2nd").meta["codec"] == rec["codec"]
+
+
+def test_open_patches_slices_like_numpy(tmp_path):
+    """The box fast path (blosc2's C slicer) and the general path agree with numpy indexing."""
+    data = volume((2, 23, 31, 17), "uint16")
+    arr = blosc2.asarray(data, chunks=(1, 8, 16, 16), blocks=(1, 4, 8, 8), urlpath=str(tmp_path / "a.b2nd"), mode="w")
+    del arr
+    arr = open_patches(tmp_path / "a.b2nd")
+    assert arr._slice_into is not None, "blosc2's slice-into-buffer is gone: open_patches is 2-4x slower"
+    keys = [(slice(None),), (0,), (-1, slice(3, 9)), (1, slice(-5, None), slice(2, 40), 7),
+            (slice(None), slice(0, 23), slice(30, 31), slice(0, 17)), (np.int64(1), 0, slice(1, 2)),
+            (slice(None), slice(5, 5)), (slice(None), slice(0, 10, 2)), (Ellipsis, 3)]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lo = [int(rng.integers(0, n)) for n in data.shape]
+        keys.append(tuple(slice(a, a + int(rng.integers(1, 12))) for a in lo))
+    for key in keys:
+        np.testing.assert_array_equal(arr[key], data[key], err_msg=str(key))

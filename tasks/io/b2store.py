@@ -70,6 +70,7 @@ class PatchArray:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._slice_into: Callable[[np.ndarray, tuple[tuple[int, ...], tuple[int, ...]]], Any] | None = None
         if self.path.suffix == ".b2nd":
             import blosc2
 
@@ -78,6 +79,11 @@ class PatchArray:
                 self._a = blosc2.open(str(self.path), mode="r", mmap_mode="r")
             except Exception as err:  # noqa: BLE001
                 raise InputError(f"{self.path}: not a readable .b2nd file ({err})") from err
+            # blosc2's C slice-into-buffer, which NDArray.__getitem__ ends in after its general
+            # key handling (fancy indexing, lazy expressions, a re-sync of the file's shape): for
+            # plain box slices that handling cost more than decompressing (measured 2.5x patches/s
+            # for 20x50x50, 4x for 128^3, one thread)
+            self._slice_into = getattr(blosc2.blosc2_ext.NDArray, "get_slice_numpy", None)
         else:
             import zarr
 
@@ -87,7 +93,13 @@ class PatchArray:
         self.ndim = len(self.shape)
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        return np.asarray(self._a[key])
+        box = box_of(key, self.shape) if self._slice_into is not None else None
+        if box is None:
+            return np.asarray(self._a[key])
+        start, stop, kept = box
+        out = np.empty(tuple(b - a for a, b in zip(start, stop)), dtype=self.dtype)
+        self._slice_into(self._a, out, (start, stop))
+        return out.reshape(tuple(n for n, keep in zip(out.shape, kept) if keep))
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -105,6 +117,27 @@ class PatchArray:
         if hasattr(self._a, "schunk") and "zarrmill" in self._a.schunk.vlmeta:
             return dict(self._a.schunk.vlmeta["zarrmill"])
         return dict(getattr(self._a, "attrs", {}).get("zarrmill", {}))
+
+
+def box_of(key: Any, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], list[bool]] | None:
+    """(start, stop, axis kept) when ``key`` is ints and unit-step slices selecting a non-empty
+    box, numpy's rules for negative and out-of-range bounds; None for anything else."""
+    key = key if isinstance(key, tuple) else (key,)
+    if len(key) > len(shape):
+        return None
+    start, stop, kept = [], [], []
+    for k, n in zip(key + (slice(None),) * (len(shape) - len(key)), shape):
+        if isinstance(k, slice):
+            a, b, step = k.indices(n)
+            if step != 1 or b <= a:
+                return None
+            start.append(a), stop.append(b), kept.append(True)
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool) and -n <= k < n:
+            i = int(k) % n
+            start.append(i), stop.append(i + 1), kept.append(False)
+        else:
+            return None
+    return tuple(start), tuple(stop), kept
 
 
 def open_patches(path: str | Path) -> PatchArray:
