@@ -76,7 +76,8 @@ class Params(TaskParams):
     patches_per_shard: int = Field(64, ge=1, description="patches per output shard file (a multiple of patches_per_chunk)")
     patches_per_unit: int = Field(4096, ge=1, description="patches per unit (rounded to whole shards)")
     cache_mb: float = Field(512.0, gt=0, description="decoded-chunk cache per worker")
-    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+    # byte shuffle, not bitshuffle: 1.7x faster to write and 2x faster to read patches, ~15 % larger
+    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="shuffle"))
 
     @model_validator(mode="after")
     def _check(self) -> "Params":
