@@ -33,6 +33,7 @@ from .io.arrays import (
 from .io.atomic import atomic_write_json
 from .io.b2layout import nnunet_layout, patch_layout
 from .io.b2store import cparams, write_b2nd
+from .io.chunk_io import write_region
 from .io.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff import WRITER_MODULES, Level, make_axes, write_image_metadata
 from .io.sources import Source, case_paths, describe, open_source
@@ -170,7 +171,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     sl = region_slices(unit["region"])
     data = src.read(sl)
     arr = open_for_write(_zarr_array(p, src))
-    arr[sl] = data
+    write_region(arr, [a for a, _ in unit["region"]], data)
     if not np.array_equal(arr[sl], data, equal_nan=data.dtype.kind == "f"):
         raise RuntimeError(f"{_zarr_array(p, src)}: round trip differs in {unit['region']}")
     return int(data.nbytes)

@@ -18,8 +18,8 @@ from .io.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
-    region_slices,
 )
+from .io.chunk_io import write_region
 from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic import Blobs, render, to_dtype
 from .runtime.contract import PlanContext, TaskParams, Unit
@@ -95,7 +95,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             values = values * (1.0 + 0.25 * sum(absolute))  # channels/timepoints differ in brightness
         out[tuple(index)] = to_dtype(values, np.dtype(p.dtype))
     arr = open_for_write(Path(p.output) / "0")
-    arr[region_slices(region)] = out
+    write_region(arr, [a for a, _ in region], out)
     return out.nbytes
 
 

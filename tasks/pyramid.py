@@ -29,8 +29,8 @@ from .io.arrays import (
     ensure_array,
     group_regions,
     open_for_write,
-    region_slices,
 )
+from .io.chunk_io import write_region
 from .io.downsample import downsample, out_shape
 from .io.layout import level_chunks, level_shards
 from .io.ngff import (
@@ -200,7 +200,7 @@ def run_level_unit(base: Path, unit: Unit) -> int:
         if part.dtype != dst.dtype:
             raise InputError(f"{root}: level {unit['dst']} would be {part.dtype}, level 0 is {dst.dtype}")
         out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part
-    dst[region_slices(region)] = out
+    write_region(dst, [a for a, _ in region], out)
     return out.nbytes
 
 

@@ -22,6 +22,7 @@ from .io.arrays import (
     region_nbytes,
     region_slices,
 )
+from .io.chunk_io import write_region
 from .io.ngff import (
     NGFF_FORMATS,
     ImageMeta,
@@ -108,7 +109,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     src = zarr.open_array(str(Path(p.input) / unit["path"]), mode="r")
     dst = open_for_write(Path(p.output) / unit["path"])
     data = np.asarray(src[sl])
-    dst[sl] = data
+    write_region(dst, [a for a, _ in unit["region"]], data)
     return region_nbytes(unit["region"], data.dtype.itemsize)
 
 

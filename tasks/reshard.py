@@ -34,8 +34,8 @@ from .io.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
-    region_slices,
 )
+from .io.chunk_io import write_region
 from .io.fov_table import table_rows, write_fov_table
 from .io.hcs import split_side
 from .io.layout import level_shards
@@ -243,7 +243,7 @@ def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
         return np.pad(data, pad + [(0, 0)] * len(spatial)) if any(b for _, b in pad) else data
 
     data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]), read)
-    dst[region_slices(region)] = data
+    write_region(dst, [a for a, _ in region], data)
     return data.nbytes
 
 

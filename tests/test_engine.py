@@ -1,4 +1,5 @@
 """Engine on real stores: resume after SIGKILL, failures, changed parameters, executors agree."""
+import json
 import os
 import signal
 import subprocess
@@ -42,6 +43,27 @@ def test_sigkill_mid_step_then_rerun_resumes_with_identical_bytes(tmp_path):
     assert tree_digest(tmp_path / "out") == tree_digest(tmp_path / "ref")
     again = zarrmill_subprocess("run", wf)
     assert "already done" in again.stderr
+
+
+def test_resuming_an_interrupted_step_removes_temp_files_a_kill_left(cli, tmp_path):
+    """A process killed mid-write leaves ``<chunk>.<uuid>.partial``; resuming deletes it (the
+    unit that wrote it is redone), so the output ends as an uninterrupted run's."""
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "out" / "img.zarr")})
+    assert cli("run", wf)[0] == 0
+    clean = tree_digest(tmp_path / "out")
+    step = tmp_path / "out" / "img.zarr" / ".zarrmill" / "steps" / "gen"
+    rec = json.loads((step / "step.json").read_text())
+    rec["state"] = "running"  # as a kill leaves it
+    (step / "step.json").write_text(json.dumps(rec))
+    lines = (step / "done.log").read_text().splitlines()
+    (step / "done.log").write_text("\n".join(lines[:-1]) + "\n")  # the last unit was not recorded
+    chunk = next(p for p in (tmp_path / "out" / "img.zarr" / "0" / "c").rglob("*") if p.is_file())
+    stray = chunk.with_name(chunk.name + ".0123abcd.partial")
+    stray.write_bytes(b"half a chunk")
+    code, _, err = cli("run", wf)
+    assert code == 0, err
+    assert not stray.exists()
+    assert tree_digest(tmp_path / "out") == clean
 
 
 def test_failed_unit_is_named_others_finish_and_rerun_completes(cli, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -83,6 +84,8 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
 
+    if old is not None:
+        _remove_partial_files(params.ledger_root())
     ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed)
     units = task.plan(params, ctx)
     _check_unique_ids(task.name, units)
@@ -126,6 +129,19 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     ledger.write_record(rec)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _remove_partial_files(root: Any) -> None:
+    """An interrupted run can leave ``*.partial`` temp files (a chunk, shard or file being
+    written when the process was killed); the units that wrote them are not done and rewrite
+    their files, so the temp files are garbage. Only walked when resuming an interrupted step."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".partial"):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    pass
 
 
 def _in_process(client: Any) -> bool:
