@@ -6,7 +6,7 @@ and writing it take ~3 ms (copies between its buffer types, asyncio hops per chu
 patch-extract write nothing but whole chunks, so that overhead was most of their units' time.
 
 What: the bytes zarr-python itself would write, tested byte for byte against it (tests/
-test_chunk_writer.py): the array's own Blosc settings through numcodecs (the library zarr uses),
+test_chunk_io.py): the array's own Blosc settings through numcodecs (the library zarr uses),
 zarr's chunk keys, shards laid out as zarr lays them out (inner chunks in morton order, then the
 offset/length index and its crc32c), each file replaced atomically like zarr's LocalStore does.
 Only what this covers takes the direct path: a local store, codecs bytes + blosc (v3, optionally
@@ -217,3 +217,7 @@ def _blosc_of(codecs: tuple[Any, ...], dtype: np.dtype) -> Blosc | None:
 def _pool() -> ThreadPoolExecutor:
     # numcodecs releases the GIL while compressing: chunks of one write are encoded in parallel
     return ThreadPoolExecutor(max(1, min(8, len(os.sched_getaffinity(0)))), thread_name_prefix="zarrmill-encode")
+
+
+# a forked child (e.g. a torch DataLoader worker) has the pool object but none of its threads
+os.register_at_fork(after_in_child=_pool.cache_clear)
