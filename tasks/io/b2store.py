@@ -80,9 +80,9 @@ class PatchArray:
             except Exception as err:  # noqa: BLE001
                 raise InputError(f"{self.path}: not a readable .b2nd file ({err})") from err
             # blosc2's C slice-into-buffer, which NDArray.__getitem__ ends in after its general
-            # key handling (fancy indexing, lazy expressions, a re-sync of the file's shape): for
-            # plain box slices that handling cost more than decompressing (measured 2.5x patches/s
-            # for 20x50x50, 4x for 128^3, one thread)
+            # key handling (fancy indexing, lazy expressions, a re-sync of the file's shape).
+            # Measured, one thread: 1.1-1.5x patches/s on the benchmark's volumes, up to 4x on
+            # highly compressible data where that handling costs more than decompressing
             self._slice_into = getattr(blosc2.blosc2_ext.NDArray, "get_slice_numpy", None)
         else:
             import zarr
