@@ -251,3 +251,28 @@ def test_output_exists_with_other_parameters(cli, tmp_path):
     code, _, err = ingest(cli, folder, tmp_path / "p.zarr", "ngff_version=0.4")
     assert code == 2 and "other parameters" in err and "ngff_version" in err
     assert check_store(tmp_path / "p.zarr")[0] == []  # the existing output is untouched and valid
+
+
+def test_read_plane_into_raw_compressed_truncated_and_mismatched(tmp_path):
+    """Uncompressed TIFFs are read straight into the buffer, others decoded; a truncated file or
+    a plane of another shape/dtype is one clear error naming the file."""
+    import tifffile
+
+    from tasks.errors import InputError
+    from tasks.io.planes import _read_raw_tiff, read_plane_into
+
+    plane = np.arange(37 * 53, dtype="uint16").reshape(37, 53)
+    tifffile.imwrite(tmp_path / "raw.tif", plane)
+    tifffile.imwrite(tmp_path / "zlib.tif", plane, compression="zlib")
+    out = np.zeros_like(plane)
+    assert _read_raw_tiff(tmp_path / "raw.tif", out) and np.array_equal(out, plane)
+    out[...] = 0
+    assert not _read_raw_tiff(tmp_path / "zlib.tif", out)
+    read_plane_into(tmp_path / "zlib.tif", out)
+    assert np.array_equal(out, plane)
+    data = (tmp_path / "raw.tif").read_bytes()
+    (tmp_path / "cut.tif").write_bytes(data[: len(data) - 500])
+    with pytest.raises(InputError, match="cut.tif"):
+        read_plane_into(tmp_path / "cut.tif", out)
+    with pytest.raises(InputError, match=r"raw.tif: .*expected \(37, 54\)"):
+        read_plane_into(tmp_path / "raw.tif", np.zeros((37, 54), "uint16"))
