@@ -9,19 +9,26 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> None:
+    """``durable=False`` skips the fsync: chunk files, whose unit is rewritten if not recorded
+    as done, and where an fsync per chunk also flushed every other freshly written chunk."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
     try:
-        with open(tmp, "wb") as fh:
+        fh = open(tmp, "wb")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(tmp, "wb")
+    try:
+        with fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def canonical_json(obj: Any) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import os
 import struct
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,7 +27,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import zarr
+from google_crc32c import value as crc32c  # zarr-python's own crc32c dependency
 from numcodecs import Blosc
+from zarr.core.indexing import morton_order_iter
+from zarr.storage import LocalStore
+
+from .atomic import atomic_write_bytes
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 _NO_CHUNK = np.uint64(2**64 - 1)
@@ -94,8 +98,6 @@ def _read_file(path: Path) -> bytes | None:
 
 
 def _read_inner_chunk(path: Path, per_shard: tuple[int, ...], within: tuple[int, ...]) -> bytes | None:
-    from google_crc32c import value as crc32c
-
     n_index = 16 * int(np.prod(per_shard))
     try:
         fh = open(path, "rb")
@@ -120,15 +122,12 @@ def _write_block(layout: _Layout, coords: tuple[int, ...], piece: np.ndarray) ->
         payload = layout.codec.encode(block)
     else:
         payload = _encode_shard(block, piece.shape, layout.inner, layout.codec)
-    _replace_file(layout.root / layout.key(coords), payload)
+    atomic_write_bytes(layout.root / layout.key(coords), payload, durable=False)  # as zarr's LocalStore
 
 
 def _encode_shard(shard: np.ndarray, extent: tuple[int, ...], inner: tuple[int, ...], codec: Blosc) -> bytes:
     """``extent``: the part of the shard inside the array; inner chunks wholly beyond it are not
     stored (as zarr-python does), the rest are, fill values included."""
-    from google_crc32c import value as crc32c  # zarr-python's own crc32c dependency
-    from zarr.core.indexing import morton_order_iter
-
     per_shard = tuple(s // c for s, c in zip(shard.shape, inner))
     index = np.full(per_shard + (2,), _NO_CHUNK, dtype="<u8")
     parts, offset = [], 0
@@ -153,29 +152,12 @@ def _padded(piece: np.ndarray, block: tuple[int, ...], fill: Any) -> np.ndarray:
     return full
 
 
-def _replace_file(path: Path, payload: bytes) -> None:
-    """Temp file + rename, as zarr's LocalStore does: readers see the old chunk or the new one."""
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
-    try:
-        tmp.write_bytes(payload)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(payload)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _aligned(start: tuple[int, ...], shape: Sequence[int], block: tuple[int, ...], full: Sequence[int]) -> bool:
     return all(s % b == 0 and ((s + n) % b == 0 or s + n == f)
                for s, n, b, f in zip(start, shape, block, full))
 
 
 def _layout_of(arr: zarr.Array) -> _Layout | None:
-    from zarr.storage import LocalStore
-
     dtype = np.dtype(arr.dtype)
     if not isinstance(arr.store, LocalStore) or dtype.byteorder == ">" or dtype.hasobject:
         return None

@@ -19,7 +19,9 @@ def read_plane(path: str | Path) -> np.ndarray:
             with Image.open(path) as im:
                 arr = np.asarray(im)
         else:
-            arr = _read_tiff(path)
+            import tifffile
+
+            arr = tifffile.imread(path)
     except FileNotFoundError as err:
         raise InputNotFoundError(f"{path}: file not found") from err
     except Exception as err:  # noqa: BLE001 - any decoder failure means a corrupt or foreign file
@@ -30,12 +32,6 @@ def read_plane(path: str | Path) -> np.ndarray:
     if arr.ndim != 2:
         raise InputError(f"{path}: expected one 2D plane, found shape {arr.shape}")
     return arr
-
-
-def _read_tiff(path: Path) -> np.ndarray:
-    import tifffile
-
-    return tifffile.imread(path)
 
 
 def read_plane_into(path: str | Path, out: np.ndarray) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
@@ -131,7 +132,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     return report
 
 
-def _remove_partial_files(root: Any) -> None:
+def _remove_partial_files(root: Path) -> None:
     """An interrupted run can leave ``*.partial`` temp files (a chunk, shard or file being
     written when the process was killed); the units that wrote them are not done and rewrite
     their files, so the temp files are garbage. Only walked when resuming an interrupted step."""
