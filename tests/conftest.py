@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"  # every file a test reads lives in the repository
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -45,7 +45,7 @@ def _without_provenance(data: bytes) -> bytes:
 @pytest.fixture
 def cli(capsys):
     """Run ``zarrmill ARGS`` in-process: returns (exit code, stdout, stderr)."""
-    from tasks.runtime.cli import main
+    from zarrmill.runtime.cli import main
 
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()
@@ -57,7 +57,7 @@ def cli(capsys):
 
 
 def zarrmill_subprocess(*args: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tasks", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "zarrmill", *map(str, args)],
                           cwd=cwd, capture_output=True, text=True, **kw)
 
 

@@ -1,4 +1,4 @@
-"""Build CellVoyager folders from the real metadata in ../shared/data/yokogawa-cv7000, with seeded
+"""Build CellVoyager folders from the real metadata in tests/data/yokogawa-cv7000, with seeded
 synthetic pixels for every listed file (the real data holds no pixels). ``shrink`` rewrites the
 mrf's image size so large plates stay small in tests; everything else is the real metadata."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import tifffile
-from conftest import SHARED
+from conftest import DATA
 
-CV = SHARED / "data" / "yokogawa-cv7000"
+CV = DATA / "yokogawa-cv7000"
 FILE = re.compile(r">([^<]+\.(?:tif|png))</bts:MeasurementRecord>")
 
 

@@ -1,4 +1,4 @@
-"""Validate written metadata against the official OME-NGFF schemas in ../shared/ngff, loaded here
+"""Validate written metadata against the official OME-NGFF schemas in tests/data/ngff, loaded here
 independently of zarrmill's own checker (one registry of every schema; 0.5 validates the
 ``attributes`` of zarr.json, 0.4 the ``.zattrs``)."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from conftest import SHARED
+from conftest import DATA
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-NGFF = SHARED / "ngff"
+NGFF = DATA / "ngff"
 KIND_SCHEMA = {"multiscales": "image", "plate": "plate", "well": "well", "image-label": "label"}
 
 

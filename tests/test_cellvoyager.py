@@ -1,12 +1,12 @@
 """CellVoyager metadata parsing against the values fractal-tasks-core's tests expect
-(../shared/data/yokogawa-cv7000/README.md), on the real files, unchanged."""
+(tests/data/yokogawa-cv7000/README.md), on the real files, unchanged."""
 from collections import Counter
 
 import pytest
 from hcs_fixtures import CV
 
-from tasks.errors import InputError, InputNotFoundError
-from tasks.io.cellvoyager import read_cellvoyager
+from zarrmill.errors import InputError, InputNotFoundError
+from zarrmill.io.cellvoyager import read_cellvoyager
 
 MULTIZ = "metadata_files/MeasurementData_SingleWell2Sites_MultiZ.mlf"
 DETAIL = "metadata_files/MeasurementDetail.mrf"

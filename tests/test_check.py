@@ -4,12 +4,12 @@ import json
 
 import pytest
 import zarr
-from conftest import SHARED
+from conftest import DATA
 from helpers import generate_step, write_workflow
 
-from tasks.io.conformance import SCHEMA_DIR, check_store, validator
+from zarrmill.io.conformance import SCHEMA_DIR, check_store, validator
 
-NGFF = SHARED / "ngff"
+NGFF = DATA / "ngff"
 
 
 def test_packaged_schemas_are_the_official_ones():
