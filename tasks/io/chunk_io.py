@@ -29,7 +29,6 @@ import numpy as np
 import zarr
 from google_crc32c import value as crc32c  # zarr-python's own crc32c dependency
 from numcodecs import Blosc
-from zarr.core.indexing import morton_order_iter
 from zarr.storage import LocalStore
 
 from .atomic import atomic_write_bytes
@@ -52,7 +51,7 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
     """``arr[start:start + data.shape] = data``: directly when the region is made of whole chunks
     (or shards) of a supported array, else through zarr-python."""
     # sparse outputs (write_empty_chunks off) go through zarr, which decides what to drop
-    layout = _layout_of(arr) if arr._async_array.config.write_empty_chunks else None
+    layout = _layout_of(arr) if arr.config.write_empty_chunks else None
     start = tuple(int(s) for s in start)
     if layout is None or not _aligned(start, data.shape, layout.block, arr.shape):
         arr[tuple(slice(s, s + n) for s, n in zip(start, data.shape))] = data
@@ -131,7 +130,7 @@ def _encode_shard(shard: np.ndarray, extent: tuple[int, ...], inner: tuple[int, 
     per_shard = tuple(s // c for s, c in zip(shard.shape, inner))
     index = np.full(per_shard + (2,), _NO_CHUNK, dtype="<u8")
     parts, offset = [], 0
-    for coords in morton_order_iter(per_shard):
+    for coords in morton_order(per_shard):
         if any(i * c >= e for i, c, e in zip(coords, inner, extent)):
             continue
         chunk = shard[tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, inner))]
@@ -142,6 +141,26 @@ def _encode_shard(shard: np.ndarray, extent: tuple[int, ...], inner: tuple[int, 
     index_bytes = index.tobytes()
     parts += [index_bytes, struct.pack("<I", crc32c(index_bytes))]
     return b"".join(parts)
+
+
+@lru_cache(maxsize=16)
+def morton_order(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Every index of ``shape`` in the order zarr-python stores a shard's inner chunks: sorted by
+    compressed Morton code (bits interleaved dimension by dimension, a dimension dropping out once
+    its own bits are used up, as Neuroglancer's compressed Morton code). zarr keeps this in a
+    private module that moves between releases, so the project carries its own."""
+    bits = [(n - 1).bit_length() for n in shape]
+
+    def code(index: tuple[int, ...]) -> int:
+        z, out_bit = 0, 0
+        for bit in range(max(bits, default=0)):
+            for dim, n_bits in enumerate(bits):
+                if bit < n_bits:
+                    z |= ((index[dim] >> bit) & 1) << out_bit
+                    out_bit += 1
+        return z
+
+    return tuple(sorted(itertools.product(*(range(n) for n in shape)), key=code))
 
 
 def _padded(piece: np.ndarray, block: tuple[int, ...], fill: Any) -> np.ndarray:
@@ -172,7 +191,7 @@ def _layout_of(arr: zarr.Array) -> _Layout | None:
     block = tuple(meta.chunk_grid.chunk_shape)
     if len(codecs) == 1 and isinstance(codecs[0], zarr.codecs.ShardingCodec):
         sharding = codecs[0]
-        index_ok = (sharding.index_location.value == "end" and len(sharding.index_codecs) == 2
+        index_ok = (_name(sharding.index_location) == "end" and len(sharding.index_codecs) == 2
                     and isinstance(sharding.index_codecs[0], zarr.codecs.BytesCodec)
                     and isinstance(sharding.index_codecs[1], zarr.codecs.Crc32cCodec))
         if not index_ok or any(s % c for s, c in zip(block, sharding.chunk_shape)):
@@ -188,11 +207,16 @@ def _blosc_of(codecs: tuple[Any, ...], dtype: np.dtype) -> Blosc | None:
     if (len(codecs) != 2 or not isinstance(codecs[0], zarr.codecs.BytesCodec)
             or not isinstance(codecs[1], zarr.codecs.BloscCodec)):
         return None
-    if dtype.itemsize > 1 and codecs[0].endian is not None and codecs[0].endian.value != "little":
+    if dtype.itemsize > 1 and codecs[0].endian is not None and _name(codecs[0].endian) != "little":
         return None
     b = codecs[1]
-    return Blosc(cname=b.cname.value, clevel=b.clevel, shuffle=_SHUFFLE[b.shuffle.value],
+    return Blosc(cname=_name(b.cname), clevel=b.clevel, shuffle=_SHUFFLE[_name(b.shuffle)],
                  blocksize=b.blocksize, typesize=b.typesize)
+
+
+def _name(setting: Any) -> str:
+    """A codec setting's name: zarr 3.1 holds enums, later releases plain strings."""
+    return str(getattr(setting, "value", setting))
 
 
 @lru_cache(maxsize=1)
