@@ -1,6 +1,6 @@
-"""``python -m tasks`` is the same as the ``zarrmill`` command (used in job scripts)."""
+"""``python -m zarrmill`` is the same as the ``zarrmill`` command (used in job scripts)."""
 import sys
 
-from tasks.runtime.cli import main
+from zarrmill.runtime.cli import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """Compress arrays for fast random patch reads: Blosc2 ``.b2nd`` files (one per case, read with
-``blosc2.open(path, mmap_mode="r")`` or ``tasks.io.b2store.open_patches``) or a zarr v3 store with
+``blosc2.open(path, mmap_mode="r")`` or ``zarrmill.io.b2store.open_patches``) or a zarr v3 store with
 Blosc codecs that stock zarr-python and ome-zarr-py read (one OME-Zarr image per case,
 ``<output>/<case>/0``).
 

@@ -25,7 +25,7 @@ def test_sigkill_mid_step_then_rerun_resumes_with_identical_bytes(tmp_path):
     assert zarrmill_subprocess("run", ref).returncode == 0
 
     wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "out" / "img.zarr", **big)})
-    proc = subprocess.Popen([sys.executable, "-m", "tasks", "run", str(wf)],
+    proc = subprocess.Popen([sys.executable, "-m", "zarrmill", "run", str(wf)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while done_count(tmp_path / "out" / "img.zarr", "gen") < 20 and time.monotonic() < deadline:
@@ -132,8 +132,8 @@ def test_executor_clients_never_become_dasks_default_scheduler(tmp_path):
     import dask
     import dask.array as da
 
-    from tasks.runtime.executors import Executor
-    from tasks.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.executors import Executor
+    from zarrmill.runtime.spec import ExecutorSpec
 
     with Executor(ExecutorSpec(kind="threads", workers=1), "t", tmp_path) as ex:
         client = ex.client_for(None)

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import OutputExistsError
-from tasks.runtime.ledger import Ledger, StepRecord, params_hash
+from zarrmill.errors import OutputExistsError
+from zarrmill.runtime.ledger import Ledger, StepRecord, params_hash
 
 
 def rec(params):

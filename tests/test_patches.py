@@ -11,8 +11,8 @@ import pytest
 import zarr
 from helpers import write_workflow
 
-from tasks.io.patch_dataset import PatchDataset
-from tasks.io.points import write_cellfinder_xml
+from zarrmill.io.patch_dataset import PatchDataset
+from zarrmill.io.points import write_cellfinder_xml
 
 SHAPE = (23, 41, 37)  # z, y, x: odd on purpose
 
@@ -232,7 +232,7 @@ def test_one_worker_and_many_workers_write_identical_stores(cli, tmp_path, execu
 
 
 def test_units_end_where_an_input_chunk_layer_starts():
-    from tasks.patches import unit_ranges
+    from zarrmill.patches import unit_ranges
 
     layer = np.repeat([0, 1, 2, 3], [1000, 1000, 1000, 1000])
     ranges = unit_ranges(layer, shard=64, per_unit=1536)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from conftest import REPO
 
-from tasks.io.conformance import check_store
-from tasks.runtime.history import History
-from tasks.runtime.provenance import read_provenance
+from zarrmill.io.conformance import check_store
+from zarrmill.runtime.history import History
+from zarrmill.runtime.provenance import read_provenance
 
 WORKFLOW = REPO / "workflows" / "scheduled-cellvoyager.yaml"
 
@@ -123,7 +123,7 @@ def test_provenance_in_every_output(cli, tmp_path):
     prov = read_provenance(tmp_path / "out" / "plate1.ome.zarr")
     import hashlib
 
-    from tasks import __version__
+    from zarrmill import __version__
 
     assert prov["zarrmill"] == __version__ and prov["host"] == os.uname().nodename
     assert prov["workflow"]["name"] == "scheduled-cellvoyager"
@@ -148,7 +148,7 @@ def cron_command(line: str) -> str:
 
 def localize(command: str, tmp_path: Path) -> str:
     """The example's command with this checkout and test folders in place of /opt and /data."""
-    command = command.replace("/opt/zarrmill/.venv/bin/zarrmill", f"{shlex.quote(sys.executable)} -m tasks")
+    command = command.replace("/opt/zarrmill/.venv/bin/zarrmill", f"{shlex.quote(sys.executable)} -m zarrmill")
     command = command.replace("/opt/zarrmill/", f"{REPO}/").replace("/data/incoming", str(tmp_path / "incoming"))
     command = command.replace("/data/zarr", str(tmp_path / "out")).replace("cd /data", f"cd {tmp_path}")
     return command.replace("--set executor.kind=slurm", "--set executor.kind=threads")

@@ -1,15 +1,15 @@
 """Pure parsers of SLURM command output, on captured text."""
 import pytest
 
-from tasks.runtime.executors import slurm_cluster_kwargs
-from tasks.runtime.slurm import (
+from zarrmill.runtime.executors import slurm_cluster_kwargs
+from zarrmill.runtime.slurm import (
     SlurmCommandError,
     parse_sacct_states,
     parse_sbatch_parsable,
     parse_scontrol_job,
     sanitize_job_name,
 )
-from tasks.runtime.spec import ExecutorSpec, Resources
+from zarrmill.runtime.spec import ExecutorSpec, Resources
 
 SACCT = """12|COMPLETED|0:0
 12.batch|COMPLETED|0:0

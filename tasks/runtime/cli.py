@@ -3,22 +3,13 @@ shows tracebacks."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from typing import Any, Callable
+import os
 
 from .. import __version__
 from ..errors import ZarrmillError
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
-def command(name: str) -> Callable:
-    def register(fn: Callable[[argparse.Namespace], int]) -> Callable:
-        COMMANDS[name] = fn
-        return fn
-    return register
+from .commands import COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,9 +84,10 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import commands  # noqa: F401 - registers the command functions
-
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line, not only before the command
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    args.debug = debug
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.debug:
@@ -111,7 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _quiet_closed_stdout()
+        return 0
 
 
-def print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2))
+def _quiet_closed_stdout() -> None:
+    """The reader of our output went away (``zarrmill tasks | head``): end quietly, as a pipe
+    expects. Point stdout at /dev/null so the interpreter's final flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

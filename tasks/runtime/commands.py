@@ -1,12 +1,13 @@
-"""What each ``zarrmill`` command does (the parser lives in cli.py)."""
+"""What each ``zarrmill`` command does, registered by name (the parser lives in cli.py, which\nimports this module; nothing here imports cli)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from ..errors import ConfigError
-from .cli import command, print_json
 from .ledger import list_steps
 from .provenance import read_provenance
 from .registry import get_task, task_names
@@ -15,6 +16,19 @@ from .schema import task_params_help, workflow_schema
 from .submit import submit_workflow
 from .workflow import Workflow, apply_set, build_workflow, load_workflow
 from .yamlpos import Located, load_located
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(name: str) -> Callable:
+    def register(fn: Callable[[argparse.Namespace], int]) -> Callable:
+        COMMANDS[name] = fn
+        return fn
+    return register
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2))
 
 
 def _with_executor(sets: list[str], executor: str | None) -> list[str]:

@@ -207,7 +207,8 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
         for batch in ac.batches():
             for fut, result in batch:
                 unit = by_key.pop(fut.key)
-                if fut.status == "finished":
+                # a result that arrived is good even if its worker died since (status "lost")
+                if fut.status == "finished" or not isinstance(result, BaseException):
                     yield unit, result, None
                 else:
                     yield unit, 0, _describe_future_error(task, unit, result)

@@ -12,16 +12,16 @@ from .contract import Task
 
 ENTRY_POINT_GROUP = "zarrmill.tasks"
 BUILTIN = {
-    "cluster-check": "tasks.cluster_check",
-    "compress": "tasks.compress",
-    "generate": "tasks.generate",
-    "generate-plate": "tasks.generate_plate",
-    "ingest": "tasks.ingest",
-    "patch-extract": "tasks.patches",
-    "pyramid": "tasks.pyramid",
-    "rechunk": "tasks.rechunk",
-    "reshard": "tasks.reshard",
-    "tune": "tasks.tune",
+    "cluster-check": "zarrmill.cluster_check",
+    "compress": "zarrmill.compress",
+    "generate": "zarrmill.generate",
+    "generate-plate": "zarrmill.generate_plate",
+    "ingest": "zarrmill.ingest",
+    "patch-extract": "zarrmill.patches",
+    "pyramid": "zarrmill.pyramid",
+    "rechunk": "zarrmill.rechunk",
+    "reshard": "zarrmill.reshard",
+    "tune": "zarrmill.tune",
 }
 
 

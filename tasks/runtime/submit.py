@@ -28,7 +28,7 @@ def driver_script(workflow: Path, sets: list[str], time: str, mem: str, sbatch_a
                   log_dir: Path, overwrite: bool) -> tuple[str, Path]:
     log_dir = log_dir.resolve()
     log = log_dir / f"{sanitize_job_name(workflow.stem)}-driver-%j.out"
-    cmd = [sys.executable, "-m", "tasks", "run", str(workflow.resolve())]
+    cmd = [sys.executable, "-m", "zarrmill", "run", str(workflow.resolve())]
     for item in sets:
         cmd += ["--set", item]
     if overwrite:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from distributed import Client, LocalCluster
 
-from tasks.cluster_check import Params
-from tasks.runtime.engine import StepOptions, run_step
-from tasks.runtime.executors import Executor
-from tasks.runtime.registry import get_task
-from tasks.runtime.spec import ExecutorSpec
+from zarrmill.cluster_check import Params
+from zarrmill.runtime.engine import StepOptions, run_step
+from zarrmill.runtime.executors import Executor
+from zarrmill.runtime.registry import get_task
+from zarrmill.runtime.spec import ExecutorSpec
 
 
 def noop(i: int) -> int:

@@ -50,7 +50,7 @@ def python(code: str) -> list[str]:
 
 
 def zarrmill(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tasks", *args]
+    return [sys.executable, "-m", "zarrmill", *args]
 
 
 def table(rows: list[tuple], headers: tuple) -> str:

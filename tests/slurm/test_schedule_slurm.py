@@ -6,8 +6,8 @@ import time
 import pytest
 from conftest import REPO
 
-from tasks.io.conformance import check_store
-from tasks.runtime.history import History
+from zarrmill.io.conformance import check_store
+from zarrmill.runtime.history import History
 
 pytestmark = pytest.mark.slurm
 WORKFLOW = REPO / "workflows" / "scheduled-cellvoyager.yaml"
@@ -21,7 +21,7 @@ def test_two_overlapping_sbatch_runs_convert_each_dataset_once(cli, slurm, tmp_p
         assert code == 0, err
         subprocess.run(["rm", "-rf", str(tmp_path / "incoming" / f"plate{i}" / ".zarrmill")], check=True)
     go = tmp_path / "go"
-    command = (f"{sys.executable} -m tasks run {WORKFLOW} --set vars.incoming={tmp_path / 'incoming'} "
+    command = (f"{sys.executable} -m zarrmill run {WORKFLOW} --set vars.incoming={tmp_path / 'incoming'} "
                f"--set vars.out={tmp_path / 'out'} --set executor.kind=threads "
                f"--set for_each.ready.quiet_seconds=0 --set for_each.max_concurrent=1 "
                f"--set steps.reshard.params.overview_size=32")

@@ -43,7 +43,7 @@ def test_slurm_run_matches_sync_bytes_and_ignores_local_tasks_py(cli, slurm, tmp
     # A user's own tasks.py in the submit folder must never shadow the package on the workers.
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
-    (submit_dir / "tasks.py").write_text("raise SystemExit('the user tasks.py was imported')\n")
+    (submit_dir / "zarrmill.py").write_text("raise SystemExit('the user tasks.py was imported')\n")
     monkeypatch.chdir(submit_dir)
     wf = write_workflow(tmp_path / "slurm.yaml", steps(tmp_path / "slurm"), name="slurm equal/bytes",
                         executor=slurm_executor(slurm, tmp_path))

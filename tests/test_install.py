@@ -1,0 +1,99 @@
+"""What a new user gets from a plain clone: the demo workflow ends in a plate that independent
+readers open, and a plain (non-editable) install imports as ``zarrmill`` from any folder, even one
+holding its own ``tasks.py`` and ``tasks/``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, zarrmill_subprocess
+
+
+def test_demo_workflow_ends_in_a_plate_readers_open(tmp_path):
+    out = tmp_path / "demo"
+    proc = zarrmill_subprocess("run", REPO / "workflows" / "demo.yaml", "--executor", "threads",
+                               "--set", f"vars.out={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    plate = out / "wells.ome.zarr"
+    check = zarrmill_subprocess("check", plate, cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    nodes = list(Reader(parse_url(str(plate)))())
+    assert nodes, "ome-zarr-py's Reader found nothing"
+    pixels = nodes[0].data[0]
+    assert pixels.shape[-2] > 0 and pixels.shape[-1] > 0
+    assert np.asarray(pixels[(0,) * (pixels.ndim - 2)]).any(), "plate pixels are all zero"
+
+    import ngio
+
+    container = ngio.open_ome_zarr_plate(str(plate), mode="r")
+    assert sorted(container.wells_paths()) == ["B/03", "C/05"]
+    assert sorted(container.images_paths()) == ["B/03/well", "C/05/well"]
+    image = container.get_image("B", "03", "well").get_image()
+    assert np.asarray(image.get_array()).any()
+
+
+def _fresh_env(tmp_path: Path) -> Path:
+    """A new venv that sees the dependencies already installed here (a .pth file naming this
+    interpreter's site-packages, which only extends sys.path: the editable install of this
+    checkout is not activated there) and gets zarrmill itself as a built wheel."""
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "zz-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    wheel_dir = tmp_path / "wheel"
+    build = subprocess.run([str(python), "-m", "pip", "wheel", "--no-deps", "-q",
+                            "-w", str(wheel_dir), str(REPO)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    wheel = next(wheel_dir.glob("zarrmill-*.whl"))
+    inst = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", "-q",
+                           str(wheel)], capture_output=True, text=True)
+    assert inst.returncode == 0, inst.stderr
+    return python
+
+
+@pytest.mark.timeout(300)
+def test_plain_install_imports_as_zarrmill_beside_a_users_own_tasks(tmp_path):
+    python = _fresh_env(tmp_path)
+    with zipfile.ZipFile(next((tmp_path / "wheel").glob("*.whl"))) as wheel:
+        top = {n.split("/")[0] for n in wheel.namelist()}
+    assert "zarrmill" in top and "tasks" not in top, top
+
+    user = tmp_path / "user-project"
+    (user / "tasks").mkdir(parents=True)
+    (user / "tasks" / "__init__.py").write_text("raise ImportError('the user own tasks package')\n")
+    (user / "tasks.py").write_text("raise ImportError('the user own tasks.py')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    code = ("from zarrmill.io.b2store import open_patches\n"
+            "from zarrmill.io.patch_dataset import PatchDataset\n"
+            "import zarrmill, pathlib\n"
+            "assert 'site-packages' in zarrmill.__file__, zarrmill.__file__\n"
+            "print('ok', zarrmill.__version__)\n")
+    proc = subprocess.run([str(python), "-c", code], cwd=user, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok 0.1"), proc.stderr
+    cli = subprocess.run([str(python), "-m", "zarrmill", "tasks"], cwd=user, capture_output=True,
+                         text=True, env=env)
+    assert cli.returncode == 0 and "ingest" in cli.stdout, cli.stderr
+    script = python.parent / "zarrmill"
+    piped = subprocess.run(f"'{script}' tasks ingest | head -1", shell=True, cwd=user,
+                           capture_output=True, text=True, env=env)
+    assert piped.returncode == 0 and piped.stdout.startswith("ingest") and piped.stderr == "", piped.stderr
+
+
+def test_nothing_in_the_repository_reads_outside_it():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    hits = subprocess.run(["git", "grep", "-n", "-I", "-e", "../shared", "--", ".", ":!tests/test_install.py"],
+                          cwd=REPO, capture_output=True, text=True).stdout
+    assert hits == "", hits
