@@ -41,3 +41,10 @@ class ExecutorError(ZarrmillError, RuntimeError):
 
 class UnitError(ZarrmillError, RuntimeError):
     """Raised on a worker to describe a failed unit in one line."""
+
+
+class UnsafeOutputError(ZarrmillError, PermissionError):
+    """The output path is one zarrmill refuses to write (current folder, home, an input, a folder
+    it did not create, a symlink loop)."""
+
+    exit_code = 2

@@ -73,7 +73,7 @@ def _spec(p: Params) -> ArraySpec:
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     spec = _spec(p)
-    ensure_group(Path(p.output), spec.zarr_format)
+    ensure_group(Path(p.output), spec.zarr_format, ctx)
     ensure_array(Path(p.output), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(p.dtype).itemsize, int(p.unit_mb * 2**20))
     return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]

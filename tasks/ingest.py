@@ -186,12 +186,12 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     validate_files(p, acq)
     spec = _plate_spec(p, acq)
     root = Path(p.output)
-    ensure_group(root, spec.zarr_format)
+    ensure_group(root, spec.zarr_format, ctx)
     units = []
     for (row, col, fld), planes in acq.fields().items():
         path = field_path(row, col, fld, acq)
         for part in (path.rsplit("/", 2)[0], path.rsplit("/", 1)[0], path):
-            ensure_group(root / part, spec.zarr_format)
+            ensure_group(root / part, spec.zarr_format, ctx)
         ensure_array(root / path, "0", spec, ctx)
         for t in range(acq.n_t):
             files = [[pl.c, pl.z, pl.path] for pl in planes if pl.t == t]
@@ -268,7 +268,7 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
 
 def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
     spec, _, _ = _image_spec(p)
-    ensure_group(Path(p.output), spec.zarr_format)
+    ensure_group(Path(p.output), spec.zarr_format, ctx)
     ensure_array(Path(p.output), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
     return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]

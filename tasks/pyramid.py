@@ -150,6 +150,12 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
             if not ctx.overwrite:
                 raise OutputExistsError(f"{root}: already has {len(meta.levels)} levels; --overwrite "
                                         f"rebuilds levels 1.. from level 0")
+            foreign = [lv.path for lv in meta.levels[1:] if ctx.guard is not None
+                       and not ctx.guard.may_replace(ctx.guard.contain(root / lv.path, what="level path"))]
+            if foreign:
+                raise OutputExistsError(
+                    f"{root}: levels {', '.join(foreign)} were not written by zarrmill, so --overwrite does not "
+                    "replace them; run pyramid on a copy (zarrmill task rechunk) to rebuild its levels")
             # metadata first lists level 0 only, so it never points at arrays being rebuilt
             _write_levels(root, meta, meta.levels[:1])
         units += plan_image_levels(p, Path(p.input), image, meta, ctx)

@@ -90,7 +90,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     version = p.ngff_version or (meta.version if meta else None)
     zarr_format = NGFF_FORMATS[version] if version else zarr.open_array(str(p.input), mode="r").metadata.zarr_format
     if meta is not None:
-        ensure_group(Path(p.output), zarr_format)
+        ensure_group(Path(p.output), zarr_format, ctx)
     units: list[Unit] = []
     for path in paths:
         src = zarr.open_array(str(Path(p.input) / path), mode="r")

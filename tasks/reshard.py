@@ -190,7 +190,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     plate, wells, version = read_wells(p)
     zf = NGFF_FORMATS[version]
     out = p.output_path()
-    ensure_group(out, zf)
+    ensure_group(out, zf, ctx)
     units: list[Unit] = []
     for well in wells:
         units += _plan_well(p, well, version, zf, ctx)
@@ -202,7 +202,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -> list[Unit]:
     out = p.output_path()
     for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
-        ensure_group(out / part, zf)
+        ensure_group(out / part, zf, ctx)
     image = out / well.path / p.image_name
     spec = well.spec(p, zf)
     ensure_array(image, "0", spec, ctx)
@@ -305,7 +305,7 @@ def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx:
     layout, k, level = _overview_plan(p, plate, wells, version)
     zf = NGFF_FORMATS[version]
     root = p.output_path() / OVERVIEW
-    ensure_group(root, zf)
+    ensure_group(root, zf, ctx)
     dtype = wells[0].dtype
     n = len(layout.shape)
     chunks = tuple(1 if i < n - 2 else min(512, size) for i, size in enumerate(layout.shape))

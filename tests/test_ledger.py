@@ -2,8 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from zarrmill.errors import OutputExistsError
-from zarrmill.runtime.ledger import Ledger, StepRecord, params_hash
+from zarrmill.runtime.ledger import Ledger, StepRecord, diff_params, params_hash
 
 
 def rec(params):
@@ -20,16 +19,15 @@ def test_done_ids_survive_reopen_and_ignore_torn_line(tmp_path: Path):
     assert led.dir.name == "step_one"
 
 
-def test_same_params_resume_other_params_refused_unless_overwrite(tmp_path: Path):
+def test_param_diff_names_what_changed(tmp_path: Path):
+    assert diff_params({"x": 1, "y": 2}, {"x": 2, "y": 2}) == "x: 1 -> 2"
     led = Ledger(tmp_path, "s")
     led.write_record(rec({"x": 1}))
     led.mark_done(["u1"])
     led.close()
-    assert led.check_params(rec({"x": 1}), overwrite=False) is True
-    with pytest.raises(OutputExistsError, match=r"x: 1 -> 2.*--overwrite"):
-        led.check_params(rec({"x": 2}), overwrite=False)
-    assert led.check_params(rec({"x": 2}), overwrite=True) is False
-    assert led.done_ids() == set()
+    assert led.done_ids() == {"u1"}
+    led.clear_done()
+    assert led.done_ids() == set() and led.record().params == {"x": 1}
 
 
 def test_hash_depends_on_task_version():

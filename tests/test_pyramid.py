@@ -1,6 +1,7 @@
 """pyramid on real stores: dtypes, labels, odd shapes vs an independent reference, transforms."""
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -143,8 +144,19 @@ def test_fractal_written_04_plate(cli, tmp_path):
     level0 = tree_digest(plate / "B" / "03" / "0" / "0")
     code, _, err = pyramid(cli, plate, "min_size=32")
     assert code == 2 and "already has 3 levels" in err and "--overwrite" in err
+    before = tree_digest(plate, skip_ledger=False)
     code, _, err = cli("task", "pyramid", "--set", f"input={plate}", "--set", "min_size=32", "--executor",
                        "sync", "--overwrite")
+    # levels another tool wrote are never replaced, --overwrite or not; nothing was touched
+    assert code == 2 and "not written by zarrmill" in err, err
+    assert tree_digest(plate, skip_ledger=False) == before
+    for level in ("1", "2"):  # as a user would: move the foreign levels away, then build them
+        shutil.rmtree(plate / "B" / "03" / "0" / level)
+    attrs_path = plate / "B" / "03" / "0" / ".zattrs"
+    attrs = json.loads(attrs_path.read_text())
+    attrs["multiscales"][0]["datasets"] = attrs["multiscales"][0]["datasets"][:1]
+    attrs_path.write_text(json.dumps(attrs))
+    code, _, err = pyramid(cli, plate, "min_size=32")
     assert code == 0, err
     ms = multiscales(plate / "B" / "03" / "0")
     assert len(ms["datasets"]) == 4

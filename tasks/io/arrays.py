@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import zarr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import OutputExistsError
-from ..runtime.contract import PlanContext
+from ..errors import OutputExistsError, UnsafeOutputError
+from .guard import OutputGuard
 
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
 
@@ -34,6 +34,18 @@ class Codec(BaseModel):
         return Blosc(cname=self.cname, clevel=self.clevel, shuffle=mode[self.shuffle])
 
 
+class WriteContext(Protocol):
+    """What creating an output node needs to know (the runtime's PlanContext is one)."""
+
+    resume: bool
+    overwrite: bool
+    guard: OutputGuard | None
+
+
+def _guard(ctx: WriteContext, root: Path) -> OutputGuard:
+    return ctx.guard if ctx.guard is not None else OutputGuard(root)
+
+
 @dataclass(frozen=True)
 class ArraySpec:
     shape: tuple[int, ...]
@@ -50,22 +62,28 @@ class ArraySpec:
         return self.shards or self.chunks
 
 
-def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: PlanContext) -> zarr.Array:
+def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> zarr.Array:
     """Open the array if a resumed run created it identically; else create it.
 
-    An existing array is only replaced with ``--overwrite``; a fresh run never silently reuses one."""
-    path = Path(root) / name
-    if _exists(path):
-        existing = zarr.open_array(str(path), mode="r")
-        if ctx.resume and _matches(existing, spec):
+    An existing node is replaced only with ``--overwrite`` (or when resuming this step's own
+    half-made output), and only if zarrmill created it (the output guard); a fresh run never
+    silently reuses one."""
+    guard = _guard(ctx, Path(root))
+    if any(part in ("..", "") for part in name.split("/")) and name:
+        raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
+    path = guard.contain(Path(root) / name if name else Path(root), what="array path")
+    if path.exists() or path.is_symlink():
+        if ctx.resume and _exists(path) and _matches(zarr.open_array(str(path), mode="r"), spec):
             return zarr.open_array(str(path), mode="r+")
-        if not ctx.overwrite:
+        if not (ctx.overwrite or ctx.resume) and not _is_empty_dir(path):
             raise OutputExistsError(
                 f"{path}: an array already exists here (not from this step's ledger); rerun with "
                 f"--overwrite to replace it, or choose another output")
+        guard.remove(path)
+    guard.will_create(path)
     kwargs: dict[str, Any] = dict(
         shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,
-        compressors=spec.codec.for_format(spec.zarr_format), fill_value=0, overwrite=True,
+        compressors=spec.codec.for_format(spec.zarr_format), fill_value=0,
     )
     if spec.zarr_format == 3:
         kwargs["shards"] = spec.shards
@@ -73,6 +91,10 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: PlanContext) -> za
     else:
         kwargs["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
     return zarr.create_array(str(path), **kwargs)
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
 
 
 def open_for_write(path: str | Path, sparse: bool = False) -> zarr.Array:
@@ -95,7 +117,12 @@ def _matches(arr: zarr.Array, spec: ArraySpec) -> bool:
             and (tuple(shards) if shards else None) == (tuple(spec.shards) if spec.shards else None))
 
 
-def ensure_group(path: Path, zarr_format: int) -> zarr.Group:
+def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) -> zarr.Group:
+    """Open or create a group of the output (never replacing one); a new one is recorded with the
+    output guard first."""
+    guard = ctx.guard if ctx is not None and ctx.guard is not None else None
+    if guard is not None:
+        guard.will_create(guard.contain(path, what="group path"))
     return zarr.open_group(str(path), mode="a", zarr_format=zarr_format)
 
 

@@ -17,12 +17,15 @@ The module docstring is the task's user documentation (``zarrmill tasks NAME``).
 """
 from __future__ import annotations
 
+import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
+
+from ..io.guard import OutputGuard
 
 Unit = dict[str, Any]
 
@@ -51,6 +54,11 @@ class TaskParams(BaseModel):
             raise NotImplementedError(f"{type(self).__name__} has no output; override ledger_root()")
         return out
 
+    def writes_in_place(self) -> bool:
+        """The step adds to one of its inputs (its ledger root is an input)."""
+        root = os.path.abspath(self.ledger_root())
+        return any(os.path.abspath(p) == root for p in self.input_paths())
+
 
 @dataclass(frozen=True)
 class PlanContext:
@@ -63,6 +71,7 @@ class PlanContext:
     step: str
     resume: bool = False
     overwrite: bool = False
+    guard: OutputGuard | None = None  # every node the plan creates or replaces goes through it
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,11 @@ from pathlib import Path
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from ..errors import StepFailedError, UnitError, ZarrmillError
+from ..errors import OutputExistsError, StepFailedError, UnitError, ZarrmillError
+from ..io.fingerprint import changed_files, describe_changes, fingerprint
+from ..io.guard import OutputGuard
 from .contract import PlanContext, Task, TaskParams, Unit
-from .ledger import Ledger, StepRecord, params_hash
+from .ledger import Ledger, StepRecord, diff_params, params_hash
 from .progress import Progress
 from .registry import get_task
 
@@ -36,6 +38,8 @@ class StepOptions:
     retries: int = 1
     max_in_flight: int | None = None
     quiet: bool = False
+    # called after finish(), before the step is marked done: (step, task name, params)
+    provenance: Callable[[str, str, TaskParams], None] | None = None
 
 
 @dataclass
@@ -76,23 +80,39 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     t0 = time.monotonic()
     p_json = params.model_dump(mode="json")
     rec = StepRecord(task.name, p_json, params_hash(task.name, task.version, p_json))
-    ledger = Ledger(params.ledger_root(), step)
-    if opts.upstream_changed:
-        ledger.reset()
-    resume = ledger.check_params(rec, opts.overwrite)
-    old = ledger.record() if resume else None
-    if old is not None and old.state == "done":
+    root = params.ledger_root()
+    guard = OutputGuard(root, params.input_paths(), in_place=params.writes_in_place())
+    guard.check()  # refuses unsafe outputs before anything is read or written
+    ledger = Ledger(root, step)
+    old = ledger.record() if guard.owned() or guard.in_place else None
+    rec.inputs = fingerprint(params.input_paths(), skip=[root])
+    changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
+    same = old is not None and old.params_hash == rec.params_hash
+    if same and old.state == "done" and not opts.upstream_changed and not changed:
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
+    if same and changed:
+        _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
+    resume = _prepare_output(step, guard, ledger, old, rec, opts)
 
-    if old is not None:
-        _remove_partial_files(params.ledger_root())
-    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed)
-    units = task.plan(params, ctx)
-    _check_unique_ids(task.name, units)
+    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard)
+    done = ledger.done_ids() if resume and not changed else set()
+    rec.state = "planning"
+    try:
+        guard.claim(step)
+        guard.make_dirs(ledger.dir)
+        if resume:
+            _remove_partial_files(root)
+        ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
+        units = task.plan(params, ctx)
+        _check_unique_ids(task.name, units)
+    except BaseException:
+        guard.rollback()  # a failed plan leaves the file system as it was
+        raise
+    if not resume or changed:
+        ledger.clear_done()
     rec.n_units, rec.state = len(units), "running"
     ledger.write_record(rec)
-    done = ledger.done_ids() if resume else set()
     todo = [u for u in units if u["id"] not in done]
     report = StepReport(step, task.name, len(units), len(units) - len(todo), 0, 0.0)
     _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
@@ -126,10 +146,36 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
         raise StepFailedError(_failure_summary(step, report))
     if task.finish is not None:
         task.finish(params, ctx)
+    if opts.provenance is not None:
+        opts.provenance(step, task.name, params)  # before "done": a kill in between redoes it
     rec.state = "done"
     ledger.write_record(rec)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecord | None, rec: StepRecord,
+                    opts: StepOptions) -> bool:
+    """Decide between resuming and starting over; empty the step's own earlier output where that
+    is allowed. Returns ``resume``: existing arrays of this step's parameters may be reused."""
+    same = old is not None and old.params_hash == rec.params_hash
+    if same and not opts.upstream_changed:
+        return True
+    if old is not None and not same and not opts.overwrite:
+        raise OutputExistsError(
+            f"{guard.root}: step '{step}' was run here with other parameters "
+            f"({diff_params(old.params, rec.params)}); rerun with --overwrite to replace it, "
+            "or choose another output")
+    if guard.in_place or not guard.owned() or not guard.has_content():
+        ledger.reset()
+        return False
+    made_here = guard.owner().get("step") == step
+    if opts.overwrite or (made_here and (same or old is not None)):
+        guard.clear()  # a store this step created, redone from scratch
+        return False
+    raise OutputExistsError(
+        f"{guard.root}: holds a store zarrmill wrote for step '{guard.owner().get('step', '?')}', not this "
+        "step's; rerun with --overwrite to replace it, or choose another output")
 
 
 def _remove_partial_files(root: Path) -> None:

@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import OutputExistsError
 from ..io.atomic import atomic_write_json, canonical_json, read_json
 
 LEDGER_DIR = ".zarrmill"
@@ -41,6 +40,7 @@ class StepRecord:
     state: str = "planned"  # planned -> running -> done
     n_units: int = 0
     updated: float = 0.0
+    inputs: dict[str, list] = field(default_factory=dict)  # fingerprint of what the step read
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -59,32 +59,23 @@ class Ledger:
         path = self.dir / "step.json"
         if not path.exists():
             return None
-        return StepRecord(**read_json(path))
+        doc = read_json(path)
+        known = {k: v for k, v in doc.items() if k in StepRecord.__dataclass_fields__} if isinstance(doc, dict) else {}
+        try:
+            return StepRecord(**known)
+        except TypeError:
+            return None  # not a record this version can read: the step starts over
 
     def write_record(self, rec: StepRecord) -> None:
         rec.updated = round(time.time(), 3)
         atomic_write_json(self.dir / "step.json", rec.to_json())
 
-    def check_params(self, rec_new: StepRecord, overwrite: bool) -> bool:
-        """True if an earlier run of these exact parameters can be resumed.
-
-        Different parameters on an existing output are refused unless ``overwrite``."""
-        old = self.record()
-        if old is None:
-            return False
-        if old.params_hash == rec_new.params_hash:
-            return True
-        if not overwrite:
-            changed = _diff_keys(old.params, rec_new.params)
-            raise OutputExistsError(
-                f"{self.root}: step '{self.step}' was run here with other parameters "
-                f"({changed}); rerun with --overwrite to replace it, or choose another output"
-            )
-        self.reset()
-        return False
-
     def reset(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def clear_done(self) -> None:
+        """Forget which units are done (the step is redone over existing output)."""
+        (self.dir / "done.log").unlink(missing_ok=True)
 
     # -- done units --------------------------------------------------------------------------
     def done_ids(self) -> set[str]:
@@ -122,7 +113,7 @@ class Ledger:
             self._log = None
 
 
-def _diff_keys(old: dict[str, Any], new: dict[str, Any]) -> str:
+def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(set(old) | set(new))
     changed = [
         f"{k}: {json.dumps(old.get(k))} -> {json.dumps(new.get(k))}"

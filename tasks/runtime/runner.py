@@ -66,14 +66,17 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
                **({"dataset": str(wf.dataset.path)} if wf.dataset else {})}
     for step in (s for s in wf.steps if not only or s.name in only):
         started = time.time()
-        opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries,
+
+        def provenance(name: str, task: str, params, started: float = started) -> None:
+            record_step(params.ledger_root(), wf_info, step_entry(
+                name, task, params.model_dump(mode="json"), params.input_paths(), started))
+
+        opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
                            upstream_changed=any(n in changed for n in step.needs))
         report = run_step(step.name, get_task(step.task), step.params,
                           lambda step=step: executor.client_for(step.resources), opts)
         if report.ran:
             changed.add(step.name)
-            record_step(step.params.ledger_root(), wf_info, step_entry(
-                step.name, step.task, step.params.model_dump(mode="json"), step.params.input_paths(), started))
         rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0
         print(f"{label}[{step.name}] done: {report.ran} units run, {report.skipped} skipped, "
               f"{report.bytes / 1e6:.1f} MB in {report.seconds:.1f}s (units {report.unit_seconds:.1f}s, "

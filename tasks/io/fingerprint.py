@@ -1,0 +1,61 @@
+"""Input fingerprints: what a step read, so a rerun notices inputs that changed since.
+
+Every file under each input (zarrmill's own ``.zarrmill`` folders left out) is recorded by size and
+modification time in nanoseconds, plus a SHA-256 of its content when it is small (metadata files:
+an mlf, a zarr.json, a CSV of points), which catches an edit within the file system's timestamp
+resolution. Large pixel files are judged by size and mtime, as make and rsync do: a re-export
+rewrites them and so changes their mtime."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterable
+
+HASH_UP_TO = 64 * 1024
+Fingerprint = dict[str, list]
+
+
+def _entry(path: str, st: os.stat_result) -> list:
+    entry: list = [st.st_size, st.st_mtime_ns]
+    if st.st_size <= HASH_UP_TO:
+        try:
+            with open(path, "rb") as fh:
+                entry.append(hashlib.sha256(fh.read()).hexdigest()[:16])
+        except OSError:
+            entry.append(None)
+    return entry
+
+
+def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | os.PathLike[str]] = ()) -> Fingerprint:
+    """{absolute file path: [size, mtime_ns, (hash)]} of every file under ``inputs``; inputs in
+    ``skip`` (a store the step itself writes into) are left out."""
+    skipped = {os.path.abspath(s) for s in skip}
+    out: Fingerprint = {}
+    for inp in inputs:
+        top = os.path.abspath(inp)
+        if top in skipped or not os.path.exists(top):
+            continue
+        if os.path.isfile(top):
+            out[top] = _entry(top, os.stat(top))
+            continue
+        for dirpath, dirnames, names in os.walk(top, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if d != ".zarrmill")
+            for name in sorted(names):
+                path = os.path.join(dirpath, name)
+                try:
+                    out[path] = _entry(path, os.stat(path))
+                except OSError:
+                    continue
+    return out
+
+
+def changed_files(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """Files added, removed or different between two fingerprints, sorted."""
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def describe_changes(files: list[str], shown: int = 3) -> str:
+    names = ", ".join(Path(f).name for f in files[:shown])
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return f"{len(files)} file{'s' if len(files) != 1 else ''} ({names}{more})"

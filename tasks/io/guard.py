@@ -1,0 +1,277 @@
+"""The one output guard: what zarrmill may create, replace or delete.
+
+Rules (README, "What zarrmill will and will not touch"):
+
+- zarrmill deletes or replaces only what it created: a store whose ``.zarrmill/owner.json`` it
+  wrote when it created the store (everything inside is then its own), a node it recorded in
+  ``.zarrmill/created.log`` before creating it inside a store it does not own (levels added to
+  someone else's image), or an empty folder. ``--overwrite`` never widens this.
+- An output is refused when it is ``/``, the current folder, the home folder or an ancestor of
+  either; when it equals, lies inside or contains an input; when it is a file; when it is a
+  non-empty folder or store zarrmill did not create; when its path runs through a symlink loop.
+- Every path built from names or metadata is joined through :func:`inside`, which resolves it and
+  refuses anything that leaves its root (``..``, absolute parts, symlinks pointing out).
+- What a failed plan created is removed again (:meth:`OutputGuard.rollback`), so the file system is
+  as it was before the run.
+
+Reading through symlinks is fine (an input may be a link into an archive); writing never leaves
+the output.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import InputError, OutputExistsError, UnsafeOutputError
+
+MARKER_DIR = ".zarrmill"
+OWNER_FILE = "owner.json"
+CREATED_LOG = "created.log"
+
+
+def real(path: str | os.PathLike[str]) -> Path:
+    """Absolute path with every existing symlink resolved; refuses symlink loops."""
+    path = Path(os.path.abspath(path))
+    probe = path
+    while True:  # the longest existing prefix must resolve: a loop makes stat fail with ELOOP
+        try:
+            os.stat(probe)
+            break
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise UnsafeOutputError(f"{path}: the path runs through a symlink loop; fix or remove the link") from err
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+    return Path(os.path.realpath(path))
+
+
+def is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def inside(root: str | os.PathLike[str], *parts: str, what: str = "path") -> Path:
+    """``root/parts...``, refused unless it stays inside ``root`` once resolved. ``what`` names
+    where the parts came from (a metadata field, a name) for the error message."""
+    for part in parts:
+        if not isinstance(part, str) or part == "" and len(parts) > 1 or "\x00" in part:
+            raise InputError(f"{root}: {what} {part!r} is not a valid relative path")
+        if os.path.isabs(part) or ".." in Path(part).parts:
+            raise InputError(f"{root}: {what} {part!r} leaves its store ('..' or an absolute path); "
+                             "paths in metadata must stay inside the store")
+    base = real(root)
+    joined = Path(os.path.abspath(os.path.join(root, *parts)))
+    if not is_within(real(joined), base):
+        raise InputError(f"{root}: {what} {'/'.join(parts)!r} resolves outside the store "
+                         f"(through a symlink to {real(joined)}); zarrmill never writes outside its output")
+    return joined
+
+
+def _forbidden_roots() -> list[Path]:
+    out = [Path("/"), real(Path.cwd())]
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    if home and home != "~":
+        out.append(real(home))
+    return out
+
+
+def _listing(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+class OutputGuard:
+    """Checks and claims one output root for one step; every delete under it goes through here.
+
+    ``in_place``: the step adds to one of its inputs (pyramid levels, a well image): the root must
+    exist, and only what this guard's ``created.log`` (or the owner marker) covers may be replaced."""
+
+    def __init__(self, root: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (),
+                 in_place: bool = False):
+        self.root = Path(os.path.abspath(root))
+        self.inputs = [Path(os.path.abspath(p)) for p in inputs]
+        self.in_place = in_place
+        self._made: list[Path] = []     # created by this run, newest last (rollback order)
+        self._created_log: set[str] | None = None
+
+    # -- checks (read only) --------------------------------------------------------------------
+    def check(self) -> None:
+        """Everything that makes this root unsafe to write, before anything is written."""
+        root = real(self.root)
+        for bad in _forbidden_roots():
+            if is_within(bad, root):
+                raise UnsafeOutputError(
+                    f"{self.root}: refusing to write here: it is {'/' if bad == Path('/') else 'or contains ' + str(bad)} "
+                    "(the current folder, home or /); give the output its own new folder, e.g. ./out.zarr")
+        if root.exists() and not root.is_dir():
+            raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
+        for inp in self.inputs:
+            src = real(inp)
+            if self.in_place and src == root:
+                continue
+            if src == root:
+                raise UnsafeOutputError(f"{self.root}: the output is the input {inp}; choose a new output path")
+            if is_within(root, src):
+                raise UnsafeOutputError(f"{self.root}: the output lies inside the input {inp}; choose a path outside it")
+            if is_within(src, root):
+                raise UnsafeOutputError(f"{self.root}: the output contains the input {inp}; choose a path beside it")
+        if not self.in_place and root.is_dir() and not self.owned() and self._foreign_content(root):
+            raise UnsafeOutputError(
+                f"{self.root}: exists, is not empty and was not created by zarrmill; zarrmill writes only "
+                "into new or empty folders (or stores it created): choose a new output path")
+
+    def _foreign_content(self, root: Path) -> bool:
+        names = _listing(root)
+        return any(n != MARKER_DIR for n in names) or bool(names and _listing(root / MARKER_DIR))
+
+    def owned(self) -> bool:
+        try:
+            doc = json.loads((self.root / MARKER_DIR / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(doc, dict) and doc.get("tool") == "zarrmill"
+
+    def owner(self) -> dict:
+        try:
+            return json.loads((self.root / MARKER_DIR / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def has_content(self) -> bool:
+        """Anything in the root besides the owner marker."""
+        names = _listing(self.root)
+        return any(n != MARKER_DIR for n in names) or any(n != OWNER_FILE for n in _listing(self.root / MARKER_DIR))
+
+    # -- claiming and creating -----------------------------------------------------------------
+    def claim(self, step: str) -> None:
+        """Create the root (and missing parents, remembered for rollback) and, for a new or empty
+        root, write the owner marker first, before anything else is created in it."""
+        self.check()
+        self._mkdirs(self.root)
+        if not self.in_place and not self.owned():
+            from .atomic import atomic_write_json
+
+            marker = self.root / MARKER_DIR
+            self._mkdirs(marker)
+            atomic_write_json(marker / OWNER_FILE, {
+                "tool": "zarrmill", "id": uuid.uuid4().hex, "step": step,
+                "created": round(time.time(), 3), "host": socket.gethostname()})
+
+    def make_dirs(self, path: Path) -> None:
+        """mkdir -p, remembering what it created (for rollback)."""
+        self._mkdirs(path)
+
+    def _mkdirs(self, path: Path) -> None:
+        missing = []
+        p = path
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            d.mkdir(exist_ok=True)
+            self._made.append(d)
+
+    def path(self, *parts: str, what: str = "path") -> Path:
+        """A path inside the root, built from names or metadata: refused if it leaves the root."""
+        return inside(self.root, *parts, what=what)
+
+    def contain(self, path: str | os.PathLike[str], what: str = "path") -> Path:
+        """``path`` (absolute, or relative to the current folder) if it lies inside the root once
+        normalised and resolved; '..' out of the root or a link out of it is refused."""
+        path = Path(os.path.abspath(path))
+        rel = os.path.relpath(path, self.root)
+        if rel == ".":
+            return path
+        if rel == ".." or rel.startswith(".." + os.sep):
+            raise UnsafeOutputError(f"{path}: {what} lies outside the output {self.root}; names and "
+                                    "metadata paths must stay inside it")
+        return inside(self.root, *Path(rel).parts, what=what)
+
+    def will_create(self, path: Path) -> Path:
+        """Called before creating a node: checks containment and, in a store zarrmill does not own,
+        records the node in ``created.log`` first (so a crash right after still leaves it ours)."""
+        path = Path(os.path.abspath(path))
+        if not is_within(real(path), real(self.root)):
+            raise UnsafeOutputError(f"{path}: outside the output {self.root}; zarrmill never writes outside its output")
+        if not path.exists():
+            if not self.owned():
+                self._log_created(path)
+            self._made.append(path)
+        return path
+
+    def _log_created(self, path: Path) -> None:
+        rel = os.path.relpath(path, self.root)
+        log = self.root / MARKER_DIR / CREATED_LOG
+        self._mkdirs(log.parent)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(rel + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._created().add(rel)
+
+    def _created(self) -> set[str]:
+        if self._created_log is None:
+            try:
+                lines = (self.root / MARKER_DIR / CREATED_LOG).read_text(encoding="utf-8").splitlines()
+            except OSError:
+                lines = []
+            self._created_log = {line for line in lines if line}
+        return self._created_log
+
+    # -- replacing and deleting ----------------------------------------------------------------
+    def may_replace(self, path: Path) -> bool:
+        path = Path(os.path.abspath(path))
+        if not is_within(real(path), real(self.root)) or path == self.root and self.in_place:
+            return False
+        if not path.exists() or (path.is_dir() and not _listing(path)):
+            return True
+        if self.owned():
+            return True
+        rel = Path(os.path.relpath(path, self.root))
+        return any(str(p) in self._created() for p in [rel, *rel.parents] if str(p) != ".")
+
+    def remove(self, path: Path, why: str = "") -> None:
+        """Delete ``path`` (a node of the output), only if zarrmill created it."""
+        path = Path(os.path.abspath(path))
+        if not self.may_replace(path):
+            raise OutputExistsError(
+                f"{path}: exists and was not created by zarrmill, so it is never replaced{why}; "
+                "choose a new output path, or move it away yourself")
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+    def clear(self) -> None:
+        """Empty an owned store (``--overwrite`` of the step that created it), keeping its marker."""
+        if not self.owned() or self.in_place:
+            raise OutputExistsError(f"{self.root}: not a store zarrmill created; it is never emptied")
+        for name in _listing(self.root):
+            target = self.root / name
+            if name == MARKER_DIR:
+                for inner in _listing(target):
+                    if inner != OWNER_FILE:
+                        self.remove(target / inner)
+            else:
+                self.remove(target)
+
+    def rollback(self) -> None:
+        """Remove what this run created (a failed plan): newest first, only what is still ours."""
+        for path in reversed(self._made):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+        self._made.clear()
