@@ -127,7 +127,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     (out.parent if out.suffix == ".b2nd" else out).mkdir(parents=True, exist_ok=True)
     units: list[Unit] = []
     if p.format == "zarr":
-        ensure_group(out, 3)
+        ensure_group(out, 3, ctx)
     for i, src in enumerate(sources):
         chunks, blocks = layout_for(p, src)
         base = {"case": i, "path": str(src.path), "out": str(_out_path(p, src, len(sources))), "name": src.name,
@@ -137,7 +137,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
             units.append({"id": src.name, **base})
             continue
         spec = _zarr_spec(p, src, chunks, choice)
-        ensure_group(out / src.name, 3)
+        ensure_group(out / src.name, 3, ctx)
         ensure_array(out / src.name, "0", spec, ctx)
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})

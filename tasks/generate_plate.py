@@ -8,9 +8,9 @@ mlf and mrf are written last, like an acquisition that has finished."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from .io.atomic import atomic_write_bytes
 from .io.synthetic_cv import (
@@ -26,8 +26,10 @@ from .runtime.contract import PlanContext, TaskParams, Unit
 
 class Params(TaskParams):
     output: str = Field(description="folder to write the measurement into (created)")
-    plate: str = Field("synthetic-plate", description="plate name (file name prefix)")
-    wells: list[str] = Field(["B03", "B04"], min_length=1, description="well ids, e.g. [B03, C05]")
+    plate: str = Field("synthetic-plate", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+                       description="plate name (file name prefix): letters, digits, '.', '_', '-'")
+    wells: list[Annotated[str, StringConstraints(pattern=r"^[A-Z]{1,2}[0-9]{2}$")]] = Field(
+        ["B03", "B04"], min_length=1, description="well ids, e.g. [B03, C05]")
     grid: list[int] = Field([2, 2], min_length=2, max_length=2, description="fields per well: rows, columns")
     shape: list[int] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
     channels: int = Field(2, ge=1, le=8)

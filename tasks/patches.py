@@ -228,14 +228,14 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     if n == 0:
         raise InputError(f"{p.points or p.input}: no patches to extract")
     out = Path(p.output)
-    ensure_group(out, 3)
+    ensure_group(out, 3, ctx)
     shape = (n, lead) + out_size(p)
     chunk = min(p.patches_per_chunk, n)
     shard = max(chunk, min(p.patches_per_shard, n) // chunk * chunk)
     spec = ArraySpec(shape, str(arr.dtype), (chunk, lead) + out_size(p), (shard, lead) + out_size(p), p.codec, 3,
                      ("patch", "c") + tuple("zyx"[-n_space:]))
     ensure_array(out, "patches", spec, ctx)
-    ensure_group(out / "table", 3)
+    ensure_group(out / "table", 3, ctx)
     for name, values in req.items():
         col = zarr.create_array(str(out / "table" / name), shape=values.shape, dtype=values.dtype,
                                 chunks=values.shape, overwrite=True)

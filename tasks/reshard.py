@@ -44,6 +44,7 @@ from .io.ngff import (
     WRITER_MODULES,
     ImageMeta,
     Level,
+    member_path,
     ome_format,
     read_attrs,
     read_image,
@@ -96,8 +97,10 @@ class Well:
 
     def __init__(self, p: Params, path: str):
         self.path = path
-        attrs, _ = read_attrs(Path(p.input) / path)
-        images = [im["path"] for im in attrs.get("well", {}).get("images", []) if im["path"] != p.image_name]
+        attrs, _ = read_attrs(member_path(Path(p.input), path, "plate well path"))
+        images = [im.get("path") for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
+        for im in images:
+            member_path(Path(p.input) / path, im, "well image path")
         if not images:
             raise InputError(f"{Path(p.input) / path}: well has no field images")
         metas = [read_image(Path(p.input) / path / im) for im in images]
@@ -176,7 +179,7 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
     plate = attrs.get("plate")
     if plate is None:
         raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
-    wells = [Well(p, w["path"]) for w in plate["wells"]]
+    wells = [Well(p, w.get("path")) for w in plate.get("wells", [])]
     # One canvas size for every well (zero-padded), so plate viewers can tile wells on a grid.
     if len({len(w.shape) for w in wells}) == 1:
         common = tuple(max(sizes) for sizes in zip(*[w.shape for w in wells]))

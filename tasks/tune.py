@@ -22,6 +22,7 @@ from pydantic import Field
 from .io.b2layout import nnunet_layout, patch_layout
 from .io.b2store import cparams, write_b2nd
 from .io.codec_trial import Policy
+from .io.guard import OutputGuard
 from .io.patch_bench import patch_throughput
 from .io.sources import case_paths, open_source
 from .runtime.contract import PlanContext, TaskParams, Unit
@@ -74,9 +75,10 @@ def _layout(name: str, shape: tuple[int, ...], itemsize: int, patch: list[int]):
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     out = Path(p.output)
-    shutil.rmtree(out / "samples", ignore_errors=True)
+    samples = _samples(p)  # read (and validated) before anything is written; every unit loads these crops
+    if (out / "samples").exists():  # an earlier run's, in an output zarrmill created
+        (ctx.guard or OutputGuard(out)).remove(out / "samples")
     (out / "samples" / "source").mkdir(parents=True)
-    samples = _samples(p)  # read once here; every candidate unit loads these crops
     for name, data in samples:
         np.save(out / "samples" / "source" / f"{name}.npy", data)
         if any(pp > s for pp, s in zip(p.patch, data.shape[-len(p.patch):])):

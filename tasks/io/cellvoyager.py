@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import InputError, InputNotFoundError
 from .acquisition import Acquisition, Channel, Plane
+from .guard import inside
 
 NS = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
 IMAGE_NAME = re.compile(r"_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.(tif|tiff|png)$", re.I)
@@ -93,6 +94,13 @@ def parse_mlf(path: Path) -> list[dict]:
     return records
 
 
+def _image_file(folder: Path, name: str, mlf: Path) -> Path:
+    """An mlf record's file: a plain file name inside the measurement folder, never a path out."""
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise InputError(f"{mlf}: MeasurementRecord file {name!r} must be a plain file name in the measurement folder")
+    return inside(folder.resolve(), name, what="MeasurementRecord file", resolve=False)
+
+
 def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = None) -> Acquisition:
     mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
     detail = parse_mrf(mrf_path)
@@ -105,7 +113,7 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
     z_ids = sorted({r["z"] for r in records})
     planes = [Plane(
         row=r["row"], col=r["col"], field=r["field"], t=t_ids.index(r["t"]), c=ch_ids.index(r["ch"]),
-        z=z_ids.index(r["z"]), path=str(Path(folder).resolve() / r["file"]), x_um=r["x"],
+        z=z_ids.index(r["z"]), path=str(_image_file(Path(folder), r["file"], mlf_path)), x_um=r["x"],
         y_um=-r["y"], z_um=r["z_um"], time=r["time"], well_name=_well_name(r["file"]),
     ) for r in records]
     z_positions = sorted({r["z_um"] for r in records})

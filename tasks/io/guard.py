@@ -57,17 +57,20 @@ def is_within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def inside(root: str | os.PathLike[str], *parts: str, what: str = "path") -> Path:
-    """``root/parts...``, refused unless it stays inside ``root`` once resolved. ``what`` names
-    where the parts came from (a metadata field, a name) for the error message."""
+def inside(root: str | os.PathLike[str], *parts: str, what: str = "path", resolve: bool = True) -> Path:
+    """``root/parts...``, refused unless it stays inside ``root``: by name always, and once
+    symlinks are resolved where ``resolve`` (paths to write; reading may follow a link out).
+    ``what`` names where the parts came from (a metadata field, a name) for the message."""
     for part in parts:
         if not isinstance(part, str) or part == "" and len(parts) > 1 or "\x00" in part:
             raise InputError(f"{root}: {what} {part!r} is not a valid relative path")
         if os.path.isabs(part) or ".." in Path(part).parts:
             raise InputError(f"{root}: {what} {part!r} leaves its store ('..' or an absolute path); "
                              "paths in metadata must stay inside the store")
-    base = real(root)
     joined = Path(os.path.abspath(os.path.join(root, *parts)))
+    if not resolve:
+        return joined
+    base = real(root)
     if not is_within(real(joined), base):
         raise InputError(f"{root}: {what} {'/'.join(parts)!r} resolves outside the store "
                          f"(through a symlink to {real(joined)}); zarrmill never writes outside its output")

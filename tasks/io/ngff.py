@@ -13,6 +13,7 @@ from pydantic import BeforeValidator
 
 from ..errors import InputError, InputNotFoundError
 from .atomic import read_json
+from .guard import inside
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.
@@ -73,6 +74,15 @@ def read_attrs(path: Path) -> tuple[dict[str, Any], int]:
     raise InputError(f"{path}: not a zarr group (no zarr.json or .zgroup)")
 
 
+def member_path(root: Path, rel: Any, what: str) -> Path:
+    """``root/rel`` for a path read from metadata: a non-empty string of plain names that stays
+    inside ``root`` (no '..', no absolute path, no link out), else one clear error."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or any(part in ("", ".", "..") for part in rel.split("/")):
+        raise InputError(f"{root}: {what} {rel!r} must be a relative path of plain names inside the store "
+                         "(no '..', no leading '/'); fix the metadata")
+    return inside(root, *rel.split("/"), what=what, resolve=False)  # reading may follow links
+
+
 def read_image(path: Path) -> ImageMeta:
     attrs, zarr_format = read_attrs(path)
     multiscales = attrs.get("multiscales")
@@ -84,6 +94,7 @@ def read_image(path: Path) -> ImageMeta:
     levels = []
     for ds in ms["datasets"]:
         scale, translation = _transforms(ms, ds, len(axes))
+        member_path(path, ds.get("path"), "multiscales dataset path")
         levels.append(Level(ds["path"], scale, translation))
     return ImageMeta(Path(path), str(version), axes, levels, attrs)
 
@@ -158,7 +169,8 @@ def plate_images(root: Path) -> list[str] | None:
         return None
     images = []
     for well in plate.get("wells", []):
-        well_attrs, _ = read_attrs(Path(root) / well["path"])
+        well_attrs, _ = read_attrs(member_path(root, well.get("path"), "plate well path"))
         for image in well_attrs.get("well", {}).get("images", []):
+            member_path(Path(root) / well["path"], image.get("path"), "well image path")
             images.append(f"{well['path']}/{image['path']}")
     return images

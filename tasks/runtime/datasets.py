@@ -30,7 +30,12 @@ def discover(pattern: str | None, list_file: str | None) -> list[Dataset]:
         paths = [Path(line.strip()) for line in lines if line.strip() and not line.startswith("#")]
     else:
         paths = [Path(p) for p in sorted(glob.glob(pattern or ""))]
-    return [Dataset(p.name, p.resolve()) for p in paths if p.exists()]
+    found = [Dataset(p.name, p.resolve()) for p in paths if p.exists()]
+    for ds in found:  # names become parts of output paths (${name})
+        if ds.name in ("", ".", "..") or any(ord(ch) < 32 for ch in ds.name):
+            raise ConfigError(f"for_each: dataset {str(ds.path)!r} has a name ({ds.name!r}) that cannot be part of "
+                              "an output path; rename it or list its folder in for_each.list")
+    return found
 
 
 def _files(path: Path) -> list[Path]:
