@@ -1,7 +1,8 @@
 """``zarrmill check``: validate a store against the official OME-NGFF schemas (0.4 or 0.5, as each
 group declares) and check what the schemas cannot express: referenced arrays exist, dimensions
 match axes, one dtype across levels, level shapes follow the scale factors, well paths match the
-plate's rows/columns, shards are whole multiples of chunks, and no zarrmill step is unfinished."""
+plate's rows/columns, shards are whole multiples of chunks. (Unfinished zarrmill steps are the
+runtime's part of ``zarrmill check``.)"""
 from __future__ import annotations
 
 import json
@@ -43,11 +44,15 @@ def schema_problems(attrs: dict[str, Any], version: str, name: str, where: str,
 
 
 # -- walking a store -------------------------------------------------------------------------------
+class CorruptMetadata(ValueError):
+    """A metadata file that is not a JSON object (truncated, binary, hand-edited)."""
+
+
 def _node(path: Path) -> tuple[str, dict[str, Any], int] | None:
     """(node type, attributes, zarr format) or None."""
     if (path / "zarr.json").exists():
-        meta = json.loads((path / "zarr.json").read_text())
-        return meta.get("node_type", "group"), meta.get("attributes", {}), 3
+        meta = _json(path / "zarr.json")
+        return meta.get("node_type", "group"), meta.get("attributes", {}) or {}, 3
     if (path / ".zarray").exists():
         return "array", _json(path / ".zattrs"), 2
     if (path / ".zgroup").exists() or (path / ".zattrs").exists():
@@ -56,7 +61,15 @@ def _node(path: Path) -> tuple[str, dict[str, Any], int] | None:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CorruptMetadata(f"{path}: not valid JSON ({err}); the store is damaged") from None
+    if not isinstance(doc, dict):
+        raise CorruptMetadata(f"{path}: holds {type(doc).__name__}, not a JSON object; the store is damaged")
+    return doc
 
 
 def walk_groups(root: Path) -> Iterator[tuple[Path, dict[str, Any], int]]:
@@ -82,10 +95,21 @@ def ngff_version(attrs: dict[str, Any], zarr_format: int) -> tuple[str | None, d
 
 # -- the check -------------------------------------------------------------------------------------
 def check_store(root: Path, schema_dir: Path = SCHEMA_DIR) -> tuple[list[str], int]:
-    """(problems, number of NGFF groups checked)."""
+    """(problems, number of NGFF groups checked). A store passes only if it is a zarr group with
+    OME-NGFF metadata that the official schemas accept and whose arrays are all there."""
     root = Path(root)
-    if _node(root) is None:
+    try:
+        return _check(root, schema_dir)
+    except CorruptMetadata as err:
+        return [str(err)], 0
+
+
+def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
+    node = _node(root)
+    if node is None:
         return [f"{root}: not a zarr group (no zarr.json, .zgroup or .zattrs)"], 0
+    if node[0] != "group":
+        return [f"{root}: a bare zarr array, not an OME-Zarr image or plate"], 0
     problems: list[str] = []
     checked = 0
     for path, attrs, zf in walk_groups(root):
@@ -94,6 +118,8 @@ def check_store(root: Path, schema_dir: Path = SCHEMA_DIR) -> tuple[list[str], i
             continue
         checked += 1
         where = str(path)
+        if zf == 3 and "ome" in attrs and "version" not in attrs["ome"]:
+            problems.append(f"{where}: zarr.json attributes.ome has no 'version' (OME-Zarr 0.5 requires it)")
         if version not in ("0.4", "0.5"):
             problems.append(f"{where}: NGFF version {version} is not checked (0.4 and 0.5 are)")
             continue
@@ -105,10 +131,20 @@ def check_store(root: Path, schema_dir: Path = SCHEMA_DIR) -> tuple[list[str], i
         if "plate" in ngff:
             problems += plate_problems(path, ngff["plate"])
         if "well" in ngff:
-            problems += [f"{where}: well image {im['path']} does not exist"
-                         for im in ngff["well"].get("images", []) if _node(path / im["path"]) is None]
-    problems += ledger_problems(root)
+            problems += [f"{where}: well image {im.get('path')} does not exist"
+                         for im in ngff["well"].get("images", []) if not _safe_node(path, im.get("path"))]
+    if checked == 0:
+        problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
     return problems, checked
+
+
+def _plain_path(rel: Any) -> bool:
+    return isinstance(rel, str) and bool(rel) and not rel.startswith("/") and ".." not in rel.split("/")
+
+
+def _safe_node(parent: Path, rel: Any) -> bool:
+    """A node exists at ``rel``, a relative path of plain names under ``parent``."""
+    return _plain_path(rel) and _node(parent / rel) is not None
 
 
 def image_problems(path: Path, multiscales: list[dict[str, Any]]) -> list[str]:
@@ -117,6 +153,9 @@ def image_problems(path: Path, multiscales: list[dict[str, Any]]) -> list[str]:
         axes = ms.get("axes", [])
         shapes, dtypes, scales = [], set(), []
         for ds in ms.get("datasets", []):
+            if not _plain_path(ds.get("path")):
+                out.append(f"{path}: dataset path {ds.get('path')!r} is not a relative path inside the image")
+                continue
             apath = path / ds["path"]
             node = _node(apath)
             if node is None or node[0] != "array":
@@ -182,14 +221,6 @@ def plate_problems(path: Path, plate: dict[str, Any]) -> list[str]:
             if wpath != f"{rows[ri]}/{cols[ci]}":
                 out.append(f"{path}: well {wpath} has rowIndex {ri} ({rows[ri]}) and columnIndex "
                            f"{ci} ({cols[ci]}), path should be {rows[ri]}/{cols[ci]}")
-        if _node(path / wpath) is None:
+        if not _safe_node(path, wpath):
             out.append(f"{path}: well {wpath} listed in the plate does not exist")
     return out
-
-
-def ledger_problems(root: Path) -> list[str]:
-    from ..runtime.ledger import list_steps
-
-    return [f"{root}: zarrmill step '{name}' ({rec.task}) is unfinished: {done}/{rec.n_units} units "
-            f"done; rerun the workflow to complete it" for name, rec, done in list_steps(root)
-            if rec.state != "done"]

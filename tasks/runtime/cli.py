@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry", action="store_true", help="re-queue failed datasets for the next run")
     _add_set(p)
 
-    p = add("check", "validate a store against the OME-NGFF schemas plus structural checks")
+    p = add("check", "validate a store against the OME-NGFF schemas plus structural checks; exit 1 with every problem")
     p.add_argument("store")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
 
     p = add("submit", "run a workflow's driver as an sbatch job (so you can log out)")
     p.add_argument("workflow")

@@ -182,8 +182,14 @@ def provenance_lines(prov: dict) -> list[str]:
 def cmd_check(args: argparse.Namespace) -> int:
     from ..io.conformance import check_store
 
-    problems, checked = check_store(Path(args.store))
-    prov = read_provenance(Path(args.store))
+    store = Path(args.store)
+    problems, checked = check_store(store)
+    problems += ledger_problems(store)
+    prov = read_provenance(store)
+    if args.json:
+        print(json.dumps({"store": str(store), "ok": not problems, "groups_checked": checked,
+                          "problems": problems, "provenance": prov}, indent=2))
+        return 1 if problems else 0
     if prov:
         for line in provenance_lines(prov):
             print(line)
@@ -194,3 +200,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.store}: ok ({checked} OME-NGFF groups checked)")
     return 0
+
+
+def ledger_problems(root: Path) -> list[str]:
+    """Steps whose run did not finish (killed, failed, or planned only)."""
+    return [f"{root}: zarrmill step '{name}' ({rec.task}) is unfinished: {done}/{rec.n_units} units "
+            f"done; rerun the workflow to complete it" for name, rec, done in list_steps(root)
+            if rec.state != "done"]

@@ -56,7 +56,13 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any]) -> N
 
 
 def read_provenance(root: Path) -> dict[str, Any] | None:
-    root = Path(root)
+    try:
+        return _read_provenance(Path(root))
+    except (OSError, ValueError, AttributeError):
+        return None  # damaged metadata: zarrmill check reports the file itself
+
+
+def _read_provenance(root: Path) -> dict[str, Any] | None:
     for meta in (root / "zarr.json", root / ".zattrs"):
         if meta.exists():
             doc = json.loads(meta.read_text())
