@@ -1,97 +1,103 @@
-"""Run history of scheduled conversions: a small SQLite database in the state directory.
+"""Run history of scheduled conversions, safe on the NFS home and scratch folders of a cluster.
 
-One row per attempt (running -> done / failed), one current ``waiting`` row per dataset that is
-not complete yet, ``queued`` for failed datasets a user re-queued with ``zarrmill runs --retry``."""
+One small JSON file per attempt, ``<state>/history/<dataset>/<id>.json``, created and updated only
+by writing a temp file and renaming it over the record (rename within a folder is atomic on local
+file systems and on NFS; SQLite's locking is not reliable on NFS, and appends to one shared file
+from several hosts interleave). Ids sort by time, so a dataset's latest attempt is its largest id.
+Statuses: ``running`` -> ``done`` / ``failed``; one current ``waiting`` record per dataset that is
+not complete yet; ``queued`` for failed datasets a user re-queued with ``zarrmill runs --retry``."""
 from __future__ import annotations
 
+import json
+import os
 import socket
-import sqlite3
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    dataset TEXT NOT NULL, path TEXT NOT NULL, status TEXT NOT NULL,
-    started REAL, ended REAL, bytes_in INTEGER, bytes_out INTEGER, error TEXT,
-    workflow_hash TEXT, input_hash TEXT, host TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_dataset ON runs(dataset, id);
-"""
+from ..io.atomic import atomic_write_json
 
 
 @dataclass
 class Run:
-    id: int
+    id: str
     dataset: str
     path: str
     status: str
-    started: float | None
-    ended: float | None
-    bytes_in: int | None
-    bytes_out: int | None
-    error: str | None
-    workflow_hash: str | None
-    input_hash: str | None
-    host: str | None
+    started: float | None = None
+    ended: float | None = None
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+    error: str | None = None
+    workflow_hash: str | None = None
+    input_hash: str | None = None
+    host: str | None = None
 
 
 class History:
     def __init__(self, state_dir: Path):
-        self.path = Path(state_dir) / "runs.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(SCHEMA)
+        self.dir = Path(state_dir) / "history"
+        self.dir.mkdir(parents=True, exist_ok=True)
 
-    def _db(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        db.execute("PRAGMA busy_timeout = 60000")
-        return db
+    # -- reading -----------------------------------------------------------------------------
+    def _folder(self, dataset: str) -> Path:
+        return self.dir / quote(dataset, safe="")
+
+    def _records(self, folder: Path) -> list[Run]:
+        runs = []
+        for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
+            if not name.endswith(".json"):
+                continue  # temp files of a write in progress
+            try:
+                runs.append(Run(**json.loads((folder / name).read_text())))
+            except (OSError, ValueError, TypeError):
+                continue  # a record from a crashed writer is never half-written; others are skipped
+        return runs
 
     def latest(self, dataset: str) -> Run | None:
-        with self._db() as db:
-            row = db.execute("SELECT * FROM runs WHERE dataset = ? ORDER BY id DESC LIMIT 1", (dataset,)).fetchone()
-        return Run(*row) if row else None
+        runs = self._records(self._folder(dataset))
+        return runs[-1] if runs else None
 
     def all(self, failed_only: bool = False) -> list[Run]:
-        query = "SELECT * FROM runs" + (" WHERE status = 'failed'" if failed_only else "") + " ORDER BY id"
-        with self._db() as db:
-            return [Run(*r) for r in db.execute(query).fetchall()]
+        runs = [r for folder in sorted(self.dir.iterdir()) if folder.is_dir() for r in self._records(folder)]
+        runs.sort(key=lambda r: r.id)
+        return [r for r in runs if r.status == "failed"] if failed_only else runs
+
+    # -- writing -----------------------------------------------------------------------------
+    def _save(self, run: Run) -> None:
+        atomic_write_json(self._folder(run.dataset) / f"{run.id}.json", asdict(run))
+
+    def _new(self, dataset: str, path: str, status: str, **fields) -> Run:
+        run_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        run = Run(run_id, dataset, path, status, host=socket.gethostname(), **fields)
+        self._save(run)
+        return run
 
     def waiting(self, dataset: str, path: str, reason: str) -> None:
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            last = db.execute("SELECT id, status FROM runs WHERE dataset = ? ORDER BY id DESC LIMIT 1", (dataset,)).fetchone()
-            if last and last[1] == "waiting":
-                db.execute("UPDATE runs SET ended = ?, error = ? WHERE id = ?", (time.time(), reason, last[0]))
-            else:
-                db.execute("INSERT INTO runs (dataset, path, status, ended, error, host) VALUES (?, ?, 'waiting', ?, ?, ?)",
-                           (dataset, path, time.time(), reason, socket.gethostname()))
-            db.execute("COMMIT")
+        last = self.latest(dataset)
+        if last is not None and last.status == "waiting":
+            last.ended, last.error = time.time(), reason
+            self._save(last)
+        else:
+            self._new(dataset, path, "waiting", ended=time.time(), error=reason)
 
-    def start(self, dataset: str, path: str, workflow_hash: str, input_hash: str, bytes_in: int) -> int:
-        with self._db() as db:
-            cur = db.execute(
-                "INSERT INTO runs (dataset, path, status, started, bytes_in, workflow_hash, input_hash, host) "
-                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
-                (dataset, path, time.time(), bytes_in, workflow_hash, input_hash, socket.gethostname()))
-            return int(cur.lastrowid)
+    def start(self, dataset: str, path: str, workflow_hash: str, input_hash: str, bytes_in: int) -> Run:
+        return self._new(dataset, path, "running", started=time.time(), bytes_in=bytes_in,
+                         workflow_hash=workflow_hash, input_hash=input_hash)
 
-    def end(self, run_id: int, status: str, bytes_out: int = 0, error: str | None = None) -> None:
-        with self._db() as db:
-            db.execute("UPDATE runs SET status = ?, ended = ?, bytes_out = ?, error = ? WHERE id = ?",
-                       (status, time.time(), bytes_out, error, run_id))
+    def end(self, run: Run, status: str, bytes_out: int = 0, error: str | None = None) -> None:
+        run.status, run.ended, run.bytes_out, run.error = status, time.time(), bytes_out, error
+        self._save(run)
 
     def requeue_failed(self) -> list[str]:
         """Mark every dataset whose latest attempt failed as queued (converted by the next run)."""
         names = []
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            for (rid, name) in db.execute(
-                    "SELECT r.id, r.dataset FROM runs r JOIN (SELECT dataset, MAX(id) AS m FROM runs GROUP BY dataset) l "
-                    "ON r.id = l.m WHERE r.status = 'failed'").fetchall():
-                db.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (rid,))
-                names.append(name)
-            db.execute("COMMIT")
+        for folder in sorted(self.dir.iterdir()):
+            runs = self._records(folder) if folder.is_dir() else []
+            if runs and runs[-1].status == "failed":
+                runs[-1].status = "queued"
+                self._save(runs[-1])
+                names.append(runs[-1].dataset)
         return names

@@ -1,8 +1,13 @@
-"""Per-dataset locks for scheduled runs that may overlap (cron fired twice, a slow run still
-going, two sbatch jobs). A lock is a file created with O_CREAT | O_EXCL (atomic on local and
-NFSv3+ file systems) holding host, pid and a heartbeat the holder refreshes. A lock whose holder is
-dead (same host, pid gone) or whose heartbeat is older than ``stale_after`` is taken over, with a
-log line; the takeover renames the stale file away first, so two takers cannot both win."""
+"""Locks for runs that may overlap (cron fired twice, a slow run still going, two sbatch jobs on
+different nodes): per dataset in scheduled runs, per output store in every run.
+
+A lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local file systems and on NFSv3+),
+holding host, pid and a token; its holder refreshes the file's mtime as a heartbeat (a lease). A
+lock whose holder is dead (same host, pid gone) or whose heartbeat is older than ``stale_after`` may
+be taken over. Taking over is serialised by a second exclusive file, ``<lock>.takeover``: only its
+holder may judge the lock stale again, remove it and create its own, so two takers can never both
+win, and a fresh lock created meanwhile by a plain acquirer is never removed (it is not stale). A
+taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more."""
 from __future__ import annotations
 
 import json
@@ -22,60 +27,77 @@ class Locked(Exception):
 
 
 class DatasetLock:
-    def __init__(self, path: Path, stale_after: float = 120.0, heartbeat: float = 10.0):
+    def __init__(self, path: Path, stale_after: float = 120.0, heartbeat: float = 10.0,
+                 takeover_stale: float = 30.0):
         self.path = Path(path)
+        self.takeover_path = self.path.with_name(self.path.name + ".takeover")
         self.stale_after = stale_after
         self.heartbeat = heartbeat
+        self.takeover_stale = takeover_stale
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _create(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def _create(self, path: Path) -> bool:
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as fh:
             json.dump({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                        "since": time.time()}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
         return True
 
     def holder(self) -> dict | None:
         try:
             info = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            info["heartbeat"] = self.path.stat().st_mtime
+        except (OSError, ValueError, TypeError):
             return None
-        info["heartbeat"] = self.path.stat().st_mtime if self.path.exists() else 0.0
-        return info
+        return info if isinstance(info, dict) else None
 
     def is_stale(self, info: dict | None) -> bool:
         if info is None:
-            return True  # unreadable: a holder died while writing it
+            # unreadable: a holder is writing it this instant, or died while writing it
+            try:
+                return time.time() - self.path.stat().st_mtime > self.stale_after
+            except OSError:
+                return True
         if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
             return True
         return time.time() - info["heartbeat"] > self.stale_after
 
     def acquire(self) -> None:
-        if self._create():
+        if self._create(self.path):
             return self._start_heartbeat()
         info = self.holder()
         if not self.is_stale(info):
-            raise Locked(f"{self.path.name} held by {info.get('host')}:{info.get('pid')}")
-        aside = self.path.with_name(f"{self.path.name}.stale.{self.token}")
+            raise Locked(f"{self.path.name} held by {(info or {}).get('host')}:{(info or {}).get('pid')}")
+        if not self._create(self.takeover_path):
+            self._clear_dead_takeover()
+            raise Locked(f"{self.path.name} is being taken over by another run")
         try:
-            os.replace(self.path, aside)  # only one taker can move the stale lock away
-        except FileNotFoundError:
-            pass
-        else:
-            log.warning("taking over stale lock %s from %s:%s", self.path, (info or {}).get("host"),
-                        (info or {}).get("pid"))
-            print(f"taking over stale lock {self.path.name} (holder {(info or {}).get('host')}:"
-                  f"{(info or {}).get('pid')} is gone)", flush=True)
-            aside.unlink(missing_ok=True)
-        if not self._create():
-            raise Locked(f"{self.path.name} was taken by another run")
+            info = self.holder()  # judged again, now that no one else can take it over
+            if self.path.exists() and self.is_stale(info):
+                print(f"taking over stale lock {self.path.name} (holder {(info or {}).get('host')}:"
+                      f"{(info or {}).get('pid')} is gone)", flush=True)
+                log.warning("taking over stale lock %s", self.path)
+                self.path.unlink(missing_ok=True)
+            if not self._create(self.path):
+                raise Locked(f"{self.path.name} was taken by another run")
+        finally:
+            self.takeover_path.unlink(missing_ok=True)
         self._start_heartbeat()
+
+    def _clear_dead_takeover(self) -> None:
+        try:
+            if time.time() - self.takeover_path.stat().st_mtime > self.takeover_stale:
+                self.takeover_path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _start_heartbeat(self) -> None:
         def beat() -> None:

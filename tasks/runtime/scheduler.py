@@ -1,7 +1,7 @@
 """``for_each`` workflows: convert every dataset found (glob or list) that is ready and new,
 failed-and-requeued, or changed, each as an independent run with its own outputs and ledger,
 several at once on one executor. Overlapping runs coordinate through per-dataset locks; every
-attempt is recorded in the run history (SQLite) in the state directory."""
+attempt is recorded in the run history (history.py: one JSON file per attempt) in the state directory."""
 from __future__ import annotations
 
 import sys
@@ -87,8 +87,8 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
 
 def _record_failure(history: History, ds: Dataset, fp: str, nbytes: int, wf_hash: str, err: Exception,
                     outcome: Outcome) -> None:
-    run_id = history.start(ds.name, str(ds.path), wf_hash, fp, nbytes)
-    history.end(run_id, "failed", error=str(err).splitlines()[0][:2000])
+    run = history.start(ds.name, str(ds.path), wf_hash, fp, nbytes)
+    history.end(run, "failed", error=str(err).splitlines()[0][:2000])
     outcome.failed.append(ds.name)
     print(f"[{ds.name}] failed: {err}", file=sys.stderr, flush=True)
 
@@ -118,19 +118,19 @@ def _convert(wf: Workflow, executor: Executor, history: History, ds: Dataset, fp
         if _verdict(history, ds, fp, wf_hash) == "up to date":  # converted while we waited
             outcome.up_to_date.append(ds.name)
             return
-        run_id = history.start(ds.name, str(ds.path), wf_hash, fp, nbytes)
+        run = history.start(ds.name, str(ds.path), wf_hash, fp, nbytes)
         try:
             wf_ds = wf.for_dataset(ds)
             run_steps(wf_ds, executor, overwrite, label=f"[{ds.name}] ")
             out_bytes = sum(_size(s.params.ledger_root()) for s in wf_ds.steps)
-            history.end(run_id, "done", out_bytes)
+            history.end(run, "done", out_bytes)
             outcome.converted.append(ds.name)
         except ZarrmillError as err:
-            history.end(run_id, "failed", error=str(err).splitlines()[0][:2000])
+            history.end(run, "failed", error=str(err).splitlines()[0][:2000])
             outcome.failed.append(ds.name)
             print(f"[{ds.name}] failed: {err}", file=sys.stderr, flush=True)
         except Exception as err:  # noqa: BLE001 - one dataset's bug must not stop the others
-            history.end(run_id, "failed", error=f"{type(err).__name__}: {err}"[:2000])
+            history.end(run, "failed", error=f"{type(err).__name__}: {err}"[:2000])
             outcome.failed.append(ds.name)
             traceback.print_exc()
     finally:

@@ -1,0 +1,120 @@
+"""Locks and run history that hold with many concurrent takers: exactly one holder every time,
+also when the lock left behind is stale (its holder died)."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from zarrmill.runtime.history import History
+from zarrmill.runtime.locks import DatasetLock, Locked
+
+TAKERS = 30
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid  # reaped: no process has this pid now (pids are not reused this quickly)
+
+
+def _leave_stale_lock(path: Path) -> None:
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead", "since": 0}))
+
+
+def _try(path: Path) -> DatasetLock | None:
+    lock = DatasetLock(path, stale_after=60)
+    try:
+        lock.acquire()
+    except Locked:
+        return None
+    return lock
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
+def test_thirty_threads_exactly_one_holder_every_trial(tmp_path, stale):
+    for trial in range(30):
+        path = tmp_path / f"t{trial}.lock"
+        if stale:
+            _leave_stale_lock(path)
+        barrier = threading.Barrier(TAKERS)
+        held: list[DatasetLock] = []
+        guard = threading.Lock()
+
+        def take() -> None:
+            barrier.wait()
+            lock = _try(path)
+            if lock is not None:
+                with guard:
+                    held.append(lock)
+
+        threads = [threading.Thread(target=take) for _ in range(TAKERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(held) == 1, f"trial {trial}: {len(held)} holders"
+        assert json.loads(path.read_text())["token"] == held[0].token
+        held[0].release()
+        assert not path.exists() and not path.with_name(path.name + ".takeover").exists()
+
+
+def _process_taker(path: str, start, results) -> None:
+    start.wait()
+    lock = _try(Path(path))
+    results.put(os.getpid() if lock is not None else 0)
+    time.sleep(1.0)  # hold while the others try
+    if lock is not None:
+        lock.release()
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
+def test_thirty_processes_exactly_one_holder(tmp_path, stale):
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(3):
+        path = tmp_path / f"p{trial}.lock"
+        if stale:
+            _leave_stale_lock(path)
+        start, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_process_taker, args=(str(path), start, results)) for _ in range(TAKERS)]
+        for p in procs:
+            p.start()
+        start.set()
+        winners = [pid for pid in (results.get(timeout=60) for _ in procs) if pid]
+        for p in procs:
+            p.join(60)
+        assert len(winners) == 1, f"trial {trial}: {len(winners)} holders"
+
+
+def test_a_live_holder_is_never_taken_over_and_a_dead_one_is(tmp_path):
+    path = tmp_path / "x.lock"
+    first = _try(path)
+    assert first is not None and _try(path) is None
+    first.release()
+    _leave_stale_lock(path)
+    second = _try(path)
+    assert second is not None
+    second.release()
+
+
+def test_history_records_are_whole_files_and_latest_wins(tmp_path):
+    h = History(tmp_path / "state")
+    h.waiting("plate 1", "/data/plate 1", "waiting for marker")
+    h.waiting("plate 1", "/data/plate 1", "still waiting")
+    run = h.start("plate 1", "/data/plate 1", "wf", "in", 10)
+    h.end(run, "failed", error="boom")
+    assert [r.status for r in h.all()] == ["waiting", "failed"]
+    assert h.latest("plate 1").error == "boom"
+    assert h.requeue_failed() == ["plate 1"] and h.latest("plate 1").status == "queued"
+    files = list((tmp_path / "state" / "history").rglob("*"))
+    assert all(f.suffix == ".json" for f in files if f.is_file())
+    for f in files:
+        if f.is_file():
+            json.loads(f.read_text())
