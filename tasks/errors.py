@@ -48,3 +48,9 @@ class UnsafeOutputError(ZarrmillError, PermissionError):
     it did not create, a symlink loop)."""
 
     exit_code = 2
+
+
+class OutputLockedError(ZarrmillError, BlockingIOError):
+    """Another zarrmill run is writing this output right now."""
+
+    exit_code = 2

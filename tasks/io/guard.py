@@ -29,11 +29,12 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import InputError, OutputExistsError, UnsafeOutputError
+from ..errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 
 MARKER_DIR = ".zarrmill"
 OWNER_FILE = "owner.json"
 CREATED_LOG = "created.log"
+LOCK_FILES = ("lock", "lock.takeover")  # the run lock lives beside the owner marker
 
 
 def real(path: str | os.PathLike[str]) -> Path:
@@ -115,6 +116,8 @@ class OutputGuard:
                 raise UnsafeOutputError(
                     f"{self.root}: refusing to write here: it is {'/' if bad == Path('/') else 'or contains ' + str(bad)} "
                     "(the current folder, home or /); give the output its own new folder, e.g. ./out.zarr")
+        if self.in_place and not root.is_dir():
+            raise InputNotFoundError(f"{self.root}: does not exist (or is not a folder); this step adds to an existing store")
         if root.exists() and not root.is_dir():
             raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
         for inp in self.inputs:
@@ -134,7 +137,7 @@ class OutputGuard:
 
     def _foreign_content(self, root: Path) -> bool:
         names = _listing(root)
-        return any(n != MARKER_DIR for n in names) or bool(names and _listing(root / MARKER_DIR))
+        return any(n != MARKER_DIR for n in names) or any(n not in LOCK_FILES for n in _listing(root / MARKER_DIR))
 
     def owned(self) -> bool:
         try:
@@ -152,7 +155,8 @@ class OutputGuard:
     def has_content(self) -> bool:
         """Anything in the root besides the owner marker."""
         names = _listing(self.root)
-        return any(n != MARKER_DIR for n in names) or any(n != OWNER_FILE for n in _listing(self.root / MARKER_DIR))
+        return any(n != MARKER_DIR for n in names) or any(
+            n != OWNER_FILE and n not in LOCK_FILES for n in _listing(self.root / MARKER_DIR))
 
     # -- claiming and creating -----------------------------------------------------------------
     def claim(self, step: str) -> None:
@@ -160,11 +164,11 @@ class OutputGuard:
         root, write the owner marker first, before anything else is created in it."""
         self.check()
         self._mkdirs(self.root)
+        marker = self.root / MARKER_DIR
+        self._mkdirs(marker)  # remembered: a failed plan on someone else's store removes it again
         if not self.in_place and not self.owned():
             from .atomic import atomic_write_json
 
-            marker = self.root / MARKER_DIR
-            self._mkdirs(marker)
             atomic_write_json(marker / OWNER_FILE, {
                 "tool": "zarrmill", "id": uuid.uuid4().hex, "step": step,
                 "created": round(time.time(), 3), "host": socket.gethostname()})
@@ -180,8 +184,15 @@ class OutputGuard:
             missing.append(p)
             p = p.parent
         for d in reversed(missing):
-            d.mkdir(exist_ok=True)
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue  # made by a concurrent run this instant: not ours to roll back
             self._made.append(d)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / MARKER_DIR / LOCK_FILES[0]
 
     def path(self, *parts: str, what: str = "path") -> Path:
         """A path inside the root, built from names or metadata: refused if it leaves the root."""
@@ -262,10 +273,14 @@ class OutputGuard:
             target = self.root / name
             if name == MARKER_DIR:
                 for inner in _listing(target):
-                    if inner != OWNER_FILE:
+                    if inner != OWNER_FILE and inner not in LOCK_FILES:
                         self.remove(target / inner)
             else:
                 self.remove(target)
+
+    def commit(self) -> None:
+        """The plan succeeded: what it created is kept, whatever happens later in the run."""
+        self._made.clear()
 
     def rollback(self) -> None:
         """Remove what this run created (a failed plan): newest first, only what is still ours."""

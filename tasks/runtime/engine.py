@@ -19,11 +19,12 @@ from pathlib import Path
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from ..errors import OutputExistsError, StepFailedError, UnitError, ZarrmillError
+from ..errors import OutputExistsError, OutputLockedError, StepFailedError, UnitError, ZarrmillError
 from ..io.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.guard import OutputGuard
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import Ledger, StepRecord, diff_params, params_hash
+from .locks import DatasetLock, Locked
 from .progress import Progress
 from .registry import get_task
 
@@ -83,6 +84,32 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     root = params.ledger_root()
     guard = OutputGuard(root, params.input_paths(), in_place=params.writes_in_place())
     guard.check()  # refuses unsafe outputs before anything is read or written
+    lock = _lock_output(step, guard)
+    try:
+        return _run_locked(step, task, params, get_client, opts, guard, rec, t0)
+    except BaseException:
+        guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
+        raise
+    finally:
+        lock.release()
+
+
+def _lock_output(step: str, guard: OutputGuard) -> DatasetLock:
+    """One run at a time per output: the owner marker, then the lock beside it."""
+    guard.claim(step)
+    lock = DatasetLock(guard.lock_path)
+    try:
+        lock.acquire()
+    except Locked as err:
+        guard.rollback()
+        raise OutputLockedError(f"{guard.root}: another zarrmill run is writing this output ({err}); wait for "
+                                "it to end, or choose another output") from None
+    return lock
+
+
+def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any], opts: StepOptions,
+                guard: OutputGuard, rec: StepRecord, t0: float) -> StepReport:
+    root = guard.root
     ledger = Ledger(root, step)
     old = ledger.record() if guard.owned() or guard.in_place else None
     rec.inputs = fingerprint(params.input_paths(), skip=[root])
@@ -98,17 +125,13 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard)
     done = ledger.done_ids() if resume and not changed else set()
     rec.state = "planning"
-    try:
-        guard.claim(step)
-        guard.make_dirs(ledger.dir)
-        if resume:
-            _remove_partial_files(root)
-        ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
-        units = task.plan(params, ctx)
-        _check_unique_ids(task.name, units)
-    except BaseException:
-        guard.rollback()  # a failed plan leaves the file system as it was
-        raise
+    guard.make_dirs(ledger.dir)
+    if resume:
+        _remove_partial_files(root)
+    ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
+    units = task.plan(params, ctx)  # a failure here is rolled back by run_step
+    _check_unique_ids(task.name, units)
+    guard.commit()  # the plan's nodes stay from here on: units write into them
     if not resume or changed:
         ledger.clear_done()
     rec.n_units, rec.state = len(units), "running"
