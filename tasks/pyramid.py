@@ -65,6 +65,9 @@ class Params(TaskParams):
     def ledger_root(self) -> Path:
         return Path(self.input)
 
+    def writes_in_place(self) -> bool:
+        return True
+
     def output_path(self) -> Path:
         return Path(self.input)
 

@@ -83,6 +83,9 @@ class Params(TaskParams):
     def ledger_root(self) -> Path:
         return Path(self.output or self.input)
 
+    def writes_in_place(self) -> bool:
+        return self.output is None
+
     def output_path(self) -> Path:
         return Path(self.output or self.input)
 

@@ -17,7 +17,6 @@ The module docstring is the task's user documentation (``zarrmill tasks NAME``).
 """
 from __future__ import annotations
 
-import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +54,9 @@ class TaskParams(BaseModel):
         return out
 
     def writes_in_place(self) -> bool:
-        """The step adds to one of its inputs (its ledger root is an input)."""
-        root = os.path.abspath(self.ledger_root())
-        return any(os.path.abspath(p) == root for p in self.input_paths())
+        """The step adds to its input store (pyramid levels, a well image) instead of writing a
+        new output; tasks that do so say so here. Any other task whose output is an input is refused."""
+        return False
 
 
 @dataclass(frozen=True)

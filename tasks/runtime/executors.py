@@ -55,14 +55,19 @@ class Executor:
                 raise ExecutorError("executor.kind is 'address' but executor.address is not set")
             return None, Client(self.spec.address, set_as_default=False)
         if kind == "slurm":
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
         workers = self.spec.workers or (1 if kind == "threads" else os.cpu_count() or 1)
         threads = (os.cpu_count() or 1) if kind == "threads" else self.spec.threads_per_worker
         memory = self.spec.memory_limit or int(psutil.virtual_memory().total * 0.8 / workers)
+        if kind == "local":
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         with dask.config.set({UNSET_TRIM: None}):
+            # the dashboard (and the scheduler) listen on this machine only
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
-                                   processes=kind == "local", dashboard_address=":0",
-                                   silence_logs=logging.ERROR, local_directory=str(self.run_dir / "dask"))
+                                   processes=kind == "local", dashboard_address="127.0.0.1:0", host="127.0.0.1",
+                                   silence_logs=logging.ERROR,
+                                   local_directory=str(self.run_dir / "dask") if kind == "local" else None)
         return cluster, Client(cluster, set_as_default=False)
 
     def dashboard_links(self) -> list[str]:

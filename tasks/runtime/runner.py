@@ -52,9 +52,8 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
 
 
 def _run_dir(wf: Workflow) -> Path:
-    run_dir = Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    # created by the executor only when a cluster needs it (sync and threads runs leave no folder)
+    return Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
 
 
 def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: list[str] | None = None,
