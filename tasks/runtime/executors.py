@@ -65,7 +65,8 @@ class Executor:
         with dask.config.set({UNSET_TRIM: None}):
             # the dashboard (and the scheduler) listen on this machine only
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
-                                   processes=kind == "local", dashboard_address="127.0.0.1:0", host="127.0.0.1",
+                                   processes=kind == "local", dashboard_address="127.0.0.1:0",
+                                   **({"host": "127.0.0.1"} if kind == "local" else {}),  # threads: inproc
                                    silence_logs=logging.ERROR,
                                    local_directory=str(self.run_dir / "dask") if kind == "local" else None)
         return cluster, Client(cluster, set_as_default=False)
