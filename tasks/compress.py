@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 import zarr
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .errors import ConfigError, InputError
 from .io.arrays import (
@@ -61,6 +61,14 @@ class Params(TaskParams):
     level: int = Field(0, ge=0, description="OME-Zarr input: pyramid level")
     axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
     unit_mb: float = Field(64.0, gt=0)
+
+    @field_validator("output")
+    @classmethod
+    def _a_folder(cls, v: str) -> str:
+        if v.rstrip("/").endswith(".b2nd"):
+            raise ValueError("output is a folder (each case becomes <output>/<case>.b2nd, beside the "
+                             "run's ledger); drop the .b2nd suffix")
+        return v
 
 
 def _sources(p: Params) -> list[Source]:
@@ -112,7 +120,7 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
 def _out_path(p: Params, src: Source, n_sources: int) -> Path:
     out = Path(p.output)
     if p.format == "b2nd":
-        return out if (n_sources == 1 and out.suffix == ".b2nd") else out / f"{src.name}.b2nd"
+        return out / f"{src.name}.b2nd"
     return out / src.name
 
 
@@ -124,7 +132,6 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     sources = _sources(p)
     choice = codec_choice(p, sources)
     out = Path(p.output)
-    (out.parent if out.suffix == ".b2nd" else out).mkdir(parents=True, exist_ok=True)
     units: list[Unit] = []
     if p.format == "zarr":
         ensure_group(out, 3, ctx)
@@ -141,7 +148,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         ensure_array(out / src.name, "0", spec, ctx)
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
-    atomic_write_json(out / SUMMARY if out.suffix != ".b2nd" else out.with_suffix(".json"),
+    atomic_write_json(out / SUMMARY,
                       {"state": "running", "codec": choice, "cases": [describe(s) for s in sources]})
     return units
 
@@ -179,7 +186,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 def finish(p: Params, ctx: PlanContext) -> None:
     out = Path(p.output)
-    summary_path = out / SUMMARY if out.suffix != ".b2nd" else out.with_suffix(".json")
+    summary_path = out / SUMMARY
     summary = json.loads(summary_path.read_text())
     sources = _sources(p)
     cases = []
