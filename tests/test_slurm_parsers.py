@@ -1,4 +1,6 @@
-"""Pure parsers of SLURM command output, on captured text."""
+"""Pure parsers of SLURM command output, on captured text; job scripts as dask-jobqueue renders them."""
+import shlex
+
 import pytest
 
 from zarrmill.runtime.executors import slurm_cluster_kwargs
@@ -49,7 +51,7 @@ def test_slurm_kwargs_layering(tmp_path):
     assert kw["memory"] == "2GB" and kw["cores"] == 2 and kw["walltime"] == "00:10:00"
     assert kw["queue"] == "debug" and kw["job_name"] == "zm-my-wf"
     assert kw["job_script_prologue"][0] == "export PYTHONSAFEPATH=1"
-    assert kw["job_script_prologue"][-2:] == [f"cd {tmp_path}", "module load x"]
+    assert kw["job_script_prologue"][-2:] == [f"cd {shlex.quote(str(tmp_path))}", "module load x"]
     assert kw["log_directory"] == str(tmp_path / "logs")
 
 
@@ -59,3 +61,57 @@ def test_slurm_kwargs_respect_jobqueue_config(tmp_path):
     with dask.config.set({"jobqueue.slurm.memory": "7GB", "jobqueue.slurm.cores": 3}):
         kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm"), "w", tmp_path, None)
     assert "memory" not in kw and "cores" not in kw  # left for dask-jobqueue to read from its config
+
+
+def test_job_scripts_quote_paths_and_refuse_control_characters(tmp_path):
+    """The worker job script dask-jobqueue renders from our settings: a run folder with spaces and
+    shell characters is quoted (bash -n accepts it, and cd gets the one path); a newline in any
+    value that would reach the script is refused with the key named."""
+    import subprocess
+
+    from dask_jobqueue import SLURMCluster
+
+    from zarrmill.errors import ConfigError
+
+    hostile = tmp_path / "run dir; touch PWNED $(id)"
+    kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"queue": "debug", "cores": 1, "memory": "1GB"}),
+                              "w", hostile, None)
+    kw.pop("scheduler_options", None)
+    with SLURMCluster(**kw, scheduler_options={"dashboard_address": None}) as cluster:
+        script = cluster.job_script()
+    assert f"cd {shlex.quote(str(hostile))}" in script
+    check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    for key, bad in (("walltime", "01:00:00\nrm -rf ~"), ("queue", "debug\ncurl x | sh"),
+                     ("job_extra_directives", ["--account=lab", "--x\ntouch /tmp/pwned"])):
+        with pytest.raises(ConfigError, match=f"executor.slurm.{key}.*newline"):
+            slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={key: bad}), "w", tmp_path, None)
+
+
+def test_submit_refuses_newlines_in_sbatch_values(tmp_path):
+    from zarrmill.errors import ConfigError
+    from zarrmill.runtime.submit import driver_script
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: x\nsteps: {}\n")
+    script, _ = driver_script(wf, ["vars.x=a b"], "01:00:00", "4G", ["--account=lab"], tmp_path / "logs dir", False)
+    assert "'vars.x=a b'" in script
+    for args in (("01:00:00\nrm -rf ~", "4G", []), ("01:00:00", "4G", ["--qos=x\ntouch /tmp/p"])):
+        with pytest.raises(ConfigError, match="newline"):
+            driver_script(wf, [], args[0], args[1], args[2], tmp_path, False)
+
+
+def test_an_entry_point_cannot_replace_a_built_in_task(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from zarrmill.errors import ConfigError
+    from zarrmill.runtime import registry
+
+    fake = EntryPoint(name="ingest", value="evil_pkg.ingest", group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [fake])
+    registry.task_modules.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="replace zarrmill's built-in task"):
+            registry.task_modules()
+    finally:
+        registry.task_modules.cache_clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ import dask.config
 import psutil
 
 from ..errors import ExecutorError
-from .slurm import job_state, sanitize_job_name, tail_file
+from .slurm import job_script_value, job_state, sanitize_job_name, tail_file
 from .spec import ExecutorSpec, Resources
 
 SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
@@ -118,11 +119,15 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
     # A user's own tasks.py (or any module) in the submit folder must never shadow the package.
     prologue = list(kwargs.get("job_script_prologue")
                     or dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])
-    kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV, f"cd {run_dir}"] + prologue
+    kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV,
+                                     f"cd {shlex.quote(str(run_dir))}"] + prologue
     kwargs.setdefault("python", sys.executable)
     # several pools (per-step resources) each run a scheduler: let each dashboard pick a free port
     kwargs.setdefault("scheduler_options", {"dashboard_address": ":0"})
     kwargs.setdefault("local_directory", str(run_dir / "dask"))
+    for key, value in kwargs.items():
+        if key != "job_script_prologue":  # prologue lines are shell the user wrote on purpose
+            job_script_value(f"executor.slurm.{key}", value)
     return kwargs
 
 

@@ -27,9 +27,15 @@ BUILTIN = {
 
 @lru_cache(maxsize=1)
 def task_modules() -> dict[str, str]:
-    """name -> module path, entry points winning over the built-in list."""
+    """name -> module path: the built-in tasks plus other packages' entry points, which may add
+    tasks but never replace a built-in one."""
     found = dict(BUILTIN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in BUILTIN and ep.value.split(":")[0] != BUILTIN[ep.name]:
+            package = ep.dist.name if ep.dist is not None else ep.value.split(".")[0]
+            raise ConfigError(f"the installed package {package!r} registers a task named {ep.name!r} "
+                              f"({ep.value}), which would replace zarrmill's built-in task; give it "
+                              "another name or uninstall that package")
         found[ep.name] = ep.value
     return dict(sorted(found.items()))
 

@@ -7,13 +7,27 @@ import re
 import subprocess
 from pathlib import Path
 
-from ..errors import ExecutorError
+from ..errors import ConfigError, ExecutorError
 
 log = logging.getLogger("zarrmill.slurm")
 
 
 class SlurmCommandError(ExecutorError):
     pass
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def job_script_value(name: str, value: object) -> None:
+    """A value that goes into a job script: one line, no control characters (a newline in a shared
+    workflow's walltime or sbatch option would be a new command in the script). Lists are checked
+    item by item."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if isinstance(item, str) and _CONTROL.search(item):
+            raise ConfigError(f"{name}: {item!r} contains a newline or control character; job script values "
+                              "must be one plain line")
 
 
 def run_slurm(args: list[str], timeout: float = 60) -> str:

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .slurm import parse_sbatch_parsable, run_slurm, sanitize_job_name
+from .slurm import job_script_value, parse_sbatch_parsable, run_slurm, sanitize_job_name
 
 TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --job-name={job_name}
@@ -26,6 +26,9 @@ exec {command}
 
 def driver_script(workflow: Path, sets: list[str], time: str, mem: str, sbatch_args: list[str],
                   log_dir: Path, overwrite: bool) -> tuple[str, Path]:
+    for name, value in (("--time", time), ("--mem", mem), ("--sbatch-arg", sbatch_args), ("--set", sets),
+                        ("--log-dir", str(log_dir)), ("workflow", str(workflow))):
+        job_script_value(name, value)
     log_dir = log_dir.resolve()
     log = log_dir / f"{sanitize_job_name(workflow.stem)}-driver-%j.out"
     cmd = [sys.executable, "-m", "zarrmill", "run", str(workflow.resolve())]
