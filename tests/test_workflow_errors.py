@@ -115,3 +115,20 @@ def test_run_with_bad_workflow_writes_nothing(cli, tmp_path, good):
 def test_misspelled_step_key_lists_the_step_fields(cli, tmp_path, good):
     line = run_bad(cli, tmp_path, good.replace("    needs: [gen]", "    need: [gen]"))
     assert "steps.copy.need: unknown field; allowed: task, params, needs, resources" in line
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"name: x\nsteps: {}\nname: y\n", ["wf.yaml:3", "'name' appears twice", "lines 1 and 3"]),
+    (b"a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+     b"d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+     ["alias bomb"]),
+    (b"name: caf\xe9\n", ["not UTF-8", "byte 9"]),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", ["binary file"]),
+], ids=["duplicate-key", "alias-bomb", "latin-1", "binary"])
+def test_hostile_yaml_is_one_clear_line(cli, tmp_path, content, words):
+    wf = tmp_path / "wf.yaml"
+    wf.write_bytes(content)
+    code, _, err = cli("validate", wf)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err

@@ -29,17 +29,29 @@ class Located:
         return self.source
 
 
+MAX_NODES = 100_000  # a workflow is a few hundred nodes; aliases must not expand past this
+
+
 def load_located(path: Path) -> Located:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read workflow file: {err.strerror}") from err
+    if b"\x00" in raw:
+        raise ConfigError(f"{path}: a binary file, not a YAML text file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
+                          "save the file as UTF-8") from None
     return loads_located(text, str(path))
 
 
 def loads_located(text: str, source: str) -> Located:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_size(node, source)  # before construction: an alias bomb never expands
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -49,18 +61,52 @@ def loads_located(text: str, source: str) -> Located:
         raise ConfigError(f"{source}: YAML syntax error: {err}") from err
     positions: dict[Loc, tuple[int, int]] = {}
     if node is not None:
-        _walk(node, (), positions)
+        _walk(node, (), positions, source)
     return Located(data if data is not None else {}, source, positions)
 
 
-def _walk(node: yaml.Node, loc: Loc, out: dict[Loc, tuple[int, int]]) -> None:
+def _check_size(root: yaml.Node, source: str) -> None:
+    """Nodes the document expands to (aliases counted each time they are used), bounded; a
+    recursive alias is refused."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in active:
+            raise ConfigError(f"{source}:{node.start_mark.line + 1}: a YAML alias refers to itself")
+        active.add(id(node))
+        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_NODES:
+                raise ConfigError(f"{source}: YAML aliases expand to more than {MAX_NODES} values "
+                                  "(an alias bomb?); write the values out")
+        active.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
+def _walk(node: yaml.Node, loc: Loc, out: dict[Loc, tuple[int, int]], source: str) -> None:
     out.setdefault(loc, (node.start_mark.line + 1, node.start_mark.column + 1))
     if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value in seen:
+                raise ConfigError(f"{source}:{line}: key {key_node.value!r} appears twice "
+                                  f"(lines {seen[key_node.value]} and {line}); keep one")
+            seen.setdefault(key_node.value, line)
         for key_node, value_node in node.value:
             key = key_node.value
             child = loc + (key,)
             out[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            _walk(value_node, child, out)
+            _walk(value_node, child, out, source)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, loc + (i,), out)
+            _walk(item, loc + (i,), out, source)
