@@ -344,3 +344,14 @@ def test_check_refuses_what_is_not_a_finished_ome_zarr(cli, world, store):
     assert code == 1 and "Traceback" not in out + err
     code, out, _ = cli("check", path, "--json")
     assert code == 1 and json.loads(out)["ok"] is False
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../../x", "x y", "-dash"])
+def test_step_names_that_would_name_folders_badly_are_refused(cli, world, tmp_path, name):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(json.dumps({"name": "t", "executor": {"kind": "sync"}, "steps": {name: {
+        "task": "generate", "params": {"output": "s.zarr", "shape": [4, 16, 16]}}}}))
+    before = snapshot(world)
+    code, _, err = cli("run", wf)
+    assert_refused(code, err, "step name")
+    assert changes(before, snapshot(world)) == []

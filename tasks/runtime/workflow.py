@@ -4,6 +4,7 @@ work starts: YAML syntax, unknown task or field, wrong types, unresolved ``${var
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
@@ -154,8 +155,14 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+STEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
 def _dependency_order(steps: dict[str, Step], doc: Located) -> list[str]:
     for step in steps.values():
+        if not STEP_NAME.fullmatch(str(step.name)):  # it names folders in each output's ledger
+            raise ConfigError(f"{doc.where(('steps', step.name))}: steps: step name {step.name!r} must be letters, "
+                              "digits, '_' or '-' (at most 64, starting with a letter or digit)")
         for i, dep in enumerate(step.needs):
             if dep not in steps:
                 raise ConfigError(f"{doc.where(('steps', step.name, 'needs', i))}: steps.{step.name}"
