@@ -355,3 +355,17 @@ def test_step_names_that_would_name_folders_badly_are_refused(cli, world, tmp_pa
     code, _, err = cli("run", wf)
     assert_refused(code, err, "step name")
     assert changes(before, snapshot(world)) == []
+
+
+def test_a_claim_killed_before_its_owner_marker_was_renamed_into_place_is_resumed(cli, world):
+    """SIGKILL between writing owner.json's temp file and renaming it: the folder holds only
+    zarrmill's bookkeeping, so the rerun claims it instead of calling it someone else's."""
+    marker = world / "cwd" / "k.zarr" / ".zarrmill"
+    marker.mkdir(parents=True)
+    (marker / "owner.json.0123abcd.partial").write_text('{"tool": "zarr')
+    (marker / "lock").write_text("")  # the lock file was created, its holder killed before writing it
+    past = time.time() - 10
+    os.utime(marker / "lock", (past, past))
+    code, _, err = run_task(cli, "generate", "k.zarr")
+    assert code == 0, err
+    assert json.loads((marker / "owner.json").read_text())["tool"] == "zarrmill"

@@ -136,8 +136,11 @@ class OutputGuard:
                 "into new or empty folders (or stores it created): choose a new output path")
 
     def _foreign_content(self, root: Path) -> bool:
+        """Anything but zarrmill's own bookkeeping of a claim that a kill interrupted (a lock, the
+        temp file of an owner marker not yet renamed into place)."""
         names = _listing(root)
-        return any(n != MARKER_DIR for n in names) or any(n not in LOCK_FILES for n in _listing(root / MARKER_DIR))
+        return any(n != MARKER_DIR for n in names) or any(
+            n not in LOCK_FILES and not n.endswith(".partial") for n in _listing(root / MARKER_DIR))
 
     def owned(self) -> bool:
         try:
@@ -153,10 +156,8 @@ class OutputGuard:
             return {}
 
     def has_content(self) -> bool:
-        """Anything in the root besides the owner marker."""
-        names = _listing(self.root)
-        return any(n != MARKER_DIR for n in names) or any(
-            n != OWNER_FILE and n not in LOCK_FILES for n in _listing(self.root / MARKER_DIR))
+        """Data in the root (anything besides zarrmill's own ``.zarrmill`` bookkeeping)."""
+        return any(n != MARKER_DIR for n in _listing(self.root))
 
     # -- claiming and creating -----------------------------------------------------------------
     def claim(self, step: str) -> None:

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 log = logging.getLogger("zarrmill.locks")
+UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock file is given before it counts as stale
 
 
 class Locked(Exception):
@@ -61,9 +62,9 @@ class DatasetLock:
 
     def is_stale(self, info: dict | None) -> bool:
         if info is None:
-            # unreadable: a holder is writing it this instant, or died while writing it
+            # unreadable: a holder is writing it this instant (microseconds), or died while writing it
             try:
-                return time.time() - self.path.stat().st_mtime > self.stale_after
+                return time.time() - self.path.stat().st_mtime > min(self.stale_after, UNREADABLE_GRACE)
             except OSError:
                 return True
         if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
