@@ -37,10 +37,13 @@ TASKS: dict[str, list[str]] = {
 INPUT_OF = {"rechunk": "../in/img.zarr", "ingest": "../in/raw", "compress": "../in/case.npy",
             "patch-extract": "../in/img.zarr"}
 
-# (case id, output as the user typed it; {home}/{world} filled in per case)
+# (case id, output as the user typed it; {home}/{world} filled in per case). The real "/" is never
+# handed to a run here: a regression would delete the machine's files (it did, once, while the guard
+# was switched off to prove these tests fail without it). test_root_is_refused_by_the_guard_itself
+# checks "/" on the guard, whose checks only read.
 BAD_OUTPUTS = [
     ("cwd-dot", "."), ("cwd-slash", "./"), ("cwd-abs", "{world}/cwd"), ("cwd-respelled", "../cwd"),
-    ("parent-of-cwd", ".."), ("ancestor-of-cwd", "{world}/.."), ("root", "/"), ("home", "{home}"),
+    ("parent-of-cwd", ".."), ("ancestor-of-cwd", "{world}/.."), ("home", "{home}"),
     ("home-respelled", "{home}/../home"), ("existing-file", "../afile.txt"),
     ("foreign-folder", "../precious"), ("foreign-store", "../foreign.zarr"), ("symlink-loop", "../loop"),
     ("through-loop", "../loop/out.zarr"), ("link-to-foreign", "link_out"), ("in-folder", "../in"),
@@ -100,6 +103,32 @@ def test_unsafe_output_is_refused_and_nothing_changes(cli, world, task, output, 
     code, _, err = run_task(cli, task, output, *(["--overwrite"] if overwrite else []))
     assert_refused(code, err)
     assert changes(before, snapshot(world)) == []
+
+
+def test_root_is_refused_by_the_guard_itself():
+    from zarrmill.errors import UnsafeOutputError
+    from zarrmill.io.guard import OutputGuard
+
+    for root in ("/", "/.", "//"):
+        with pytest.raises(UnsafeOutputError, match="refusing to write here"):
+            OutputGuard(root).check()
+        with pytest.raises(UnsafeOutputError, match="refusing to delete or empty"):
+            OutputGuard(root).clear()  # even if someone planted an owner marker there
+
+
+def test_deletion_refuses_the_current_folder_and_home_even_when_owned(world):
+    from zarrmill.errors import UnsafeOutputError
+    from zarrmill.io.guard import OutputGuard
+
+    for folder in (world / "cwd", world / "home", world):
+        (folder / ".zarrmill").mkdir(exist_ok=True)
+        (folder / ".zarrmill" / "owner.json").write_text('{"tool": "zarrmill"}')  # a planted marker
+        before = snapshot(world)
+        with pytest.raises(UnsafeOutputError):
+            OutputGuard(folder).clear()
+        with pytest.raises(UnsafeOutputError):
+            OutputGuard(folder.parent).remove(folder)
+        assert changes(before, snapshot(world)) == []
 
 
 # -- paths from metadata and names ----------------------------------------------------------------
@@ -369,3 +398,17 @@ def test_a_claim_killed_before_its_owner_marker_was_renamed_into_place_is_resume
     code, _, err = run_task(cli, "generate", "k.zarr")
     assert code == 0, err
     assert json.loads((marker / "owner.json").read_text())["tool"] == "zarrmill"
+
+
+def test_check_fails_where_plate_readers_fail_on_a_well_of_unequal_images(cli, world):
+    """A well listing images of different shapes (what in-place reshard used to write): ome-zarr-py's
+    Reader fails on it, so check must too."""
+    plate = world / "in" / "plate.zarr"
+    assert cli("task", "reshard", "--executor", "sync", "--set", f"input={plate}", "--set", "min_size=8")[0] == 0
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    with pytest.raises(Exception):
+        list(Reader(parse_url(str(plate)))())[0].data[0].compute()
+    code, out, _ = cli("check", plate)
+    assert code == 1 and "differ in shape" in out

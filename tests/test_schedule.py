@@ -60,6 +60,7 @@ def test_converts_ready_datasets_then_only_the_one_that_completed(cli, tmp_path)
     assert [done_count(tmp_path, n) for n in ("plate1", "plate2", "plate3")] == [1, 1, 1]
     for name in ("plate1", "plate2", "plate3"):
         assert check_store(tmp_path / "out" / f"{name}.ome.zarr")[0] == []
+        assert check_store(tmp_path / "out" / f"{name}-wells.ome.zarr")[0] == []
     code, out, _ = cli("runs", WORKFLOW, *sets(tmp_path)[:4])
     assert code == 0 and out.count(" done ") == 3
 
@@ -130,13 +131,15 @@ def test_provenance_in_every_output(cli, tmp_path):
     assert prov["workflow"]["file"] == str(WORKFLOW)
     expected_hash = hashlib.sha256(WORKFLOW.read_bytes() + "\n".join(sets(tmp_path)[1::2]).encode()).hexdigest()[:16]
     assert prov["workflow"]["hash"] == expected_hash
-    assert set(prov["steps"]) == {"ingest", "pyramid", "reshard"}
+    assert set(prov["steps"]) == {"ingest", "pyramid"}
+    wells = read_provenance(tmp_path / "out" / "plate1-wells.ome.zarr")
+    assert set(wells["steps"]) == {"reshard"} and wells["workflow"]["hash"] == expected_hash
     ingest = prov["steps"]["ingest"]
     assert ingest["task"] == "ingest" and ingest["params"]["input"] == str(tmp_path / "incoming" / "plate1")
     raw = [f for f in (tmp_path / "incoming" / "plate1").iterdir() if f.is_file()]
     assert ingest["inputs"][0]["bytes"] == sum(f.stat().st_size for f in raw)
-    assert t0 <= ingest["started"] <= ingest["ended"] <= prov["steps"]["reshard"]["ended"] <= time.time()
-    code, out, _ = cli("check", tmp_path / "out" / "plate1.ome.zarr")
+    assert t0 <= ingest["started"] <= ingest["ended"] <= wells["steps"]["reshard"]["ended"] <= time.time()
+    code, out, _ = cli("check", tmp_path / "out" / "plate1-wells.ome.zarr")
     assert code == 0 and "provenance: zarrmill" in out and "step reshard: task reshard" in out
 
 

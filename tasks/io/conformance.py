@@ -133,9 +133,31 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
         if "well" in ngff:
             problems += [f"{where}: well image {im.get('path')} does not exist"
                          for im in ngff["well"].get("images", []) if not _safe_node(path, im.get("path"))]
+            problems += well_shape_problems(path, ngff["well"])
     if checked == 0:
         problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
     return problems, checked
+
+
+def well_shape_problems(path: Path, well: dict[str, Any]) -> list[str]:
+    """Plate readers (ome-zarr-py's Reader, napari-ome-zarr) tile a well's images and fail
+    ("Shapes do not align") unless every image of the well has the same level-0 shape."""
+    shapes: dict[str, list[int]] = {}
+    for im in well.get("images", []):
+        rel = im.get("path")
+        node = _node(path / rel) if _plain_path(rel) else None
+        if node is None or node[0] != "group":
+            continue
+        _, ngff = ngff_version(node[1], node[2])
+        datasets = (ngff.get("multiscales") or [{}])[0].get("datasets", [])
+        first = datasets[0].get("path") if datasets else None
+        if _safe_node(path / rel, first) and _node(path / rel / first)[0] == "array":
+            shapes[rel] = _array_meta(path / rel / first, node[2])["shape"]
+    if len({tuple(s) for s in shapes.values()}) > 1:
+        listed = ", ".join(f"{k} {v}" for k, v in shapes.items())
+        return [f"{path}: the well's images differ in shape ({listed}); plate readers (ome-zarr-py, napari) "
+                "cannot open such a well: list images of one shape per well"]
+    return []
 
 
 def _plain_path(rel: Any) -> bool:

@@ -86,6 +86,15 @@ def _forbidden_roots() -> list[Path]:
     return out
 
 
+def _never_delete(path: Path) -> None:
+    """Second line of defence, independent of ownership: nothing that is or contains /, the
+    current folder or the home folder is ever deleted or emptied."""
+    target = real(path)
+    for bad in _forbidden_roots():
+        if is_within(bad, target):
+            raise UnsafeOutputError(f"{path}: refusing to delete or empty it: it is or contains {bad}")
+
+
 def _listing(path: Path) -> list[str]:
     try:
         return os.listdir(path)
@@ -257,6 +266,7 @@ class OutputGuard:
     def remove(self, path: Path, why: str = "") -> None:
         """Delete ``path`` (a node of the output), only if zarrmill created it."""
         path = Path(os.path.abspath(path))
+        _never_delete(path)
         if not self.may_replace(path):
             raise OutputExistsError(
                 f"{path}: exists and was not created by zarrmill, so it is never replaced{why}; "
@@ -268,6 +278,7 @@ class OutputGuard:
 
     def clear(self) -> None:
         """Empty an owned store (``--overwrite`` of the step that created it), keeping its marker."""
+        _never_delete(self.root)  # even with a marker in it: a marker can be planted, / cannot move
         if not self.owned() or self.in_place:
             raise OutputExistsError(f"{self.root}: not a store zarrmill created; it is never emptied")
         for name in _listing(self.root):

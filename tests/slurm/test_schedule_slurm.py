@@ -54,3 +54,4 @@ def test_two_overlapping_sbatch_runs_convert_each_dataset_once(cli, slurm, tmp_p
     assert any("locked" in log or "up to date" in log for log in logs), logs
     for i in range(4):
         assert check_store(tmp_path / "out" / f"plate{i}.ome.zarr")[0] == []
+        assert check_store(tmp_path / "out" / f"plate{i}-wells.ome.zarr")[0] == []
