@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -66,28 +65,28 @@ def test_thirty_threads_exactly_one_holder_every_trial(tmp_path, stale):
         assert not path.exists() and not path.with_name(path.name + ".takeover").exists()
 
 
-def _process_taker(path: str, start, results) -> None:
-    start.wait()
+def _process_taker(path: str, barrier, results, done) -> None:
+    barrier.wait()  # every taker is up before any tries
     lock = _try(Path(path))
     results.put(os.getpid() if lock is not None else 0)
-    time.sleep(1.0)  # hold while the others try
+    done.wait()  # the winner holds until every taker has tried
     if lock is not None:
         lock.release()
 
 
 @pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
 def test_thirty_processes_exactly_one_holder(tmp_path, stale):
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fork from a threaded pytest process can deadlock
     for trial in range(3):
         path = tmp_path / f"p{trial}.lock"
         if stale:
             _leave_stale_lock(path)
-        start, results = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_process_taker, args=(str(path), start, results)) for _ in range(TAKERS)]
+        barrier, results, done = ctx.Barrier(TAKERS), ctx.Queue(), ctx.Event()
+        procs = [ctx.Process(target=_process_taker, args=(str(path), barrier, results, done)) for _ in range(TAKERS)]
         for p in procs:
             p.start()
-        start.set()
-        winners = [pid for pid in (results.get(timeout=60) for _ in procs) if pid]
+        winners = [pid for pid in (results.get(timeout=120) for _ in procs) if pid]
+        done.set()
         for p in procs:
             p.join(60)
         assert len(winners) == 1, f"trial {trial}: {len(winners)} holders"
