@@ -1,6 +1,5 @@
 from pathlib import Path
 
-
 from zarrmill.runtime.ledger import Ledger, StepRecord, diff_params, params_hash
 
 
