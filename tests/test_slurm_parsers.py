@@ -63,29 +63,34 @@ def test_slurm_kwargs_respect_jobqueue_config(tmp_path):
     assert "memory" not in kw and "cores" not in kw  # left for dask-jobqueue to read from its config
 
 
-def test_job_scripts_quote_paths_and_refuse_control_characters(tmp_path):
-    """The worker job script dask-jobqueue renders from our settings: a run folder with spaces and
-    shell characters is quoted (bash -n accepts it, and cd gets the one path); a newline in any
-    value that would reach the script is refused with the key named."""
+def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path):
+    """The worker job script dask-jobqueue renders from our settings passes ``bash -n``; the run
+    folder is quoted where zarrmill writes it. dask-jobqueue itself writes paths (local directory,
+    TLS key files, logs) unquoted, so a run folder with spaces or shell characters is refused, and
+    so is a newline in any value that reaches the script; each error names the setting."""
     import subprocess
 
     from dask_jobqueue import SLURMCluster
 
     from zarrmill.errors import ConfigError
 
-    hostile = tmp_path / "run dir; touch PWNED $(id)"
+    run = tmp_path / "run"
+    run.mkdir()
     kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"queue": "debug", "cores": 1, "memory": "1GB"}),
-                              "w", hostile, None)
-    kw.pop("scheduler_options", None)
-    with SLURMCluster(**kw, scheduler_options={"dashboard_address": None}) as cluster:
+                              "w", run, None)
+    with SLURMCluster(**kw) as cluster:
         script = cluster.job_script()
-    assert f"cd {shlex.quote(str(hostile))}" in script
+    assert f"cd {shlex.quote(str(run))}" in script and "--tls-key" in script
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+    with pytest.raises(ConfigError, match="executor.run_dir.*shell characters"):
+        slurm_cluster_kwargs(ExecutorSpec(kind="slurm"), "w", tmp_path / "run dir; touch PWNED $(id)", None)
+    with pytest.raises(ConfigError, match="executor.slurm.local_directory"):
+        slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"local_directory": "/tmp/a b"}), "w", run, None)
     for key, bad in (("walltime", "01:00:00\nrm -rf ~"), ("queue", "debug\ncurl x | sh"),
                      ("job_extra_directives", ["--account=lab", "--x\ntouch /tmp/pwned"])):
         with pytest.raises(ConfigError, match=f"executor.slurm.{key}.*newline"):
-            slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={key: bad}), "w", tmp_path, None)
+            slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={key: bad}), "w", run, None)
 
 
 def test_submit_refuses_newlines_in_sbatch_values(tmp_path):
@@ -94,7 +99,7 @@ def test_submit_refuses_newlines_in_sbatch_values(tmp_path):
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: x\nsteps: {}\n")
-    script, _ = driver_script(wf, ["vars.x=a b"], "01:00:00", "4G", ["--account=lab"], tmp_path / "logs dir", False)
+    script, _ = driver_script(wf, ["vars.x=a b"], "01:00:00", "4G", ["--account=lab"], tmp_path / "logs", False)
     assert "'vars.x=a b'" in script
     for args in (("01:00:00\nrm -rf ~", "4G", []), ("01:00:00", "4G", ["--qos=x\ntouch /tmp/p"])):
         with pytest.raises(ConfigError, match="newline"):

@@ -17,7 +17,15 @@ import dask.config
 import psutil
 
 from ..errors import ExecutorError
-from .slurm import job_script_value, job_state, sanitize_job_name, tail_file
+from .slurm import (
+    SlurmCommandError,
+    job_script_value,
+    job_state,
+    run_slurm,
+    sanitize_job_name,
+    shell_safe_path,
+    tail_file,
+)
 from .spec import ExecutorSpec, Resources
 
 SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
@@ -121,14 +129,45 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
                     or dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])
     kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV,
                                      f"cd {shlex.quote(str(run_dir))}"] + prologue
-    kwargs.setdefault("python", sys.executable)
-    # several pools (per-step resources) each run a scheduler: let each dashboard pick a free port
-    kwargs.setdefault("scheduler_options", {"dashboard_address": ":0"})
-    kwargs.setdefault("local_directory", str(run_dir / "dask"))
+    # zarrmill's defaults fill only what neither the workflow nor the user's jobqueue config sets
+    if _jobqueue("python") is None:
+        kwargs.setdefault("python", sys.executable)
+    if _jobqueue("local-directory") is None:
+        kwargs.setdefault("local_directory", str(run_dir / "dask"))
+    # the user's scheduler-options stay; several pools (per-step resources) each run a scheduler,
+    # so each dashboard picks a free port, on this host only unless the user says otherwise
+    kwargs["scheduler_options"] = {"dashboard_address": "127.0.0.1:0", **(_jobqueue("scheduler-options") or {}),
+                                   **kwargs.get("scheduler_options", {})}
+    if "security" not in kwargs and _jobqueue("security") is None:
+        # TLS between scheduler, workers and client with credentials made for this run: the
+        # scheduler listens on the cluster network, where anyone could otherwise submit code to
+        # the workers. The workers' key is written (mode 0600) into the run folder they share.
+        from distributed.security import Security
+
+        kwargs["security"] = Security.temporary()
+        kwargs.setdefault("shared_temp_directory", str(run_dir))
+    shell_safe_path("executor.run_dir", run_dir)
+    for key in ("log_directory", "local_directory", "shared_temp_directory", "python"):
+        shell_safe_path(f"executor.slurm.{key}", kwargs.get(key) or _jobqueue(key.replace("_", "-")))
     for key, value in kwargs.items():
-        if key != "job_script_prologue":  # prologue lines are shell the user wrote on purpose
+        if key not in ("job_script_prologue", "security", "scheduler_options"):  # shell the user wrote on purpose; objects
             job_script_value(f"executor.slurm.{key}", value)
     return kwargs
+
+
+def _jobqueue(key: str) -> Any:
+    return dask.config.get(f"jobqueue.slurm.{key}", None)
+
+
+def check_job_script(script: str) -> None:
+    """``sbatch --test-only`` on the worker job script: SLURM judges partition, memory, time and
+    account at once and says what is wrong, instead of the run waiting for workers that never come."""
+    try:
+        run_slurm(["sbatch", "--test-only"], input=script)
+    except SlurmCommandError as err:
+        detail = "; ".join(line.strip() for line in str(err).split(": ", 1)[-1].splitlines() if line.strip())
+        raise ExecutorError(f"SLURM rejects the worker jobs: {detail} (check executor.slurm: queue, memory, "
+                            "walltime, account)") from None
 
 
 def start_slurm_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
@@ -142,6 +181,11 @@ def start_slurm_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Re
         cluster = SLURMCluster(**kwargs)
     except (TypeError, ValueError) as err:
         raise ExecutorError(f"executor.slurm: SLURMCluster rejected the settings: {err}") from err
+    try:
+        check_job_script(cluster.job_script())
+    except BaseException:
+        cluster.close()
+        raise
     client = Client(cluster, set_as_default=False)
     if spec.adapt is not None:
         cluster.adapt(minimum_jobs=spec.adapt.minimum_jobs, maximum_jobs=spec.adapt.maximum_jobs)

@@ -30,10 +30,23 @@ def job_script_value(name: str, value: object) -> None:
                               "must be one plain line")
 
 
-def run_slurm(args: list[str], timeout: float = 60) -> str:
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@%:,=-]+")
+
+
+def shell_safe_path(name: str, value: object) -> None:
+    """dask-jobqueue writes paths (worker local directory, TLS key files in the run folder, logs)
+    into the job script unquoted, so a path with a space or a shell character would be split or
+    run as a command: such paths are refused, naming the setting."""
+    if value is not None and not _SHELL_SAFE.fullmatch(str(value)):
+        raise ConfigError(f"{name}: {str(value)!r} has spaces or shell characters, which dask-jobqueue puts into "
+                          "job scripts unquoted; use a path of letters, digits and ._/+@%:,=- (e.g. --set "
+                          "executor.run_dir=/scratch/$USER/zarrmill-runs)")
+
+
+def run_slurm(args: list[str], timeout: float = 60, input: str | None = None) -> str:
     log.info("running: %s", " ".join(args))
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input)
     except FileNotFoundError as err:
         raise SlurmCommandError(f"{args[0]} not found: is SLURM installed and on PATH?") from err
     except subprocess.TimeoutExpired as err:

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .slurm import job_script_value, parse_sbatch_parsable, run_slurm, sanitize_job_name
+from .slurm import job_script_value, parse_sbatch_parsable, run_slurm, sanitize_job_name, shell_safe_path
 
 TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --job-name={job_name}
@@ -29,6 +29,7 @@ def driver_script(workflow: Path, sets: list[str], time: str, mem: str, sbatch_a
     for name, value in (("--time", time), ("--mem", mem), ("--sbatch-arg", sbatch_args), ("--set", sets),
                         ("--log-dir", str(log_dir)), ("workflow", str(workflow))):
         job_script_value(name, value)
+    shell_safe_path("--log-dir", log_dir.resolve())  # it goes into an #SBATCH --output line as is
     log_dir = log_dir.resolve()
     log = log_dir / f"{sanitize_job_name(workflow.stem)}-driver-%j.out"
     cmd = [sys.executable, "-m", "zarrmill", "run", str(workflow.resolve())]

@@ -204,3 +204,56 @@ def test_step_resources_get_their_own_pools_and_adapt_scales_from_zero(cli, slur
         return float(value.group(1)) * (1024 if value.group(2) == "G" else 1)
 
     assert memory_mb(next(iter(big))) > 1.5 * memory_mb(next(iter(small)))
+
+
+def test_workers_talk_tls_and_dashboards_listen_on_localhost(slurm, tmp_path):
+    """Scheduler, workers and client use TLS with credentials made for the run; the worker key
+    lands in the run folder readable by its owner only."""
+    from zarrmill.runtime.executors import Executor
+    from zarrmill.runtime.spec import ExecutorSpec
+
+    spec = ExecutorSpec(**slurm_executor(slurm, tmp_path, jobs=1))
+    with Executor(spec, "tls", tmp_path / "run") as executor:
+        client = executor.client_for(None)
+        assert client.scheduler.address.startswith("tls://"), client.scheduler.address
+        workers = client.scheduler_info()["workers"]
+        assert workers and all(addr.startswith("tls://") for addr in workers), workers
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert "127.0.0.1" in client.dashboard_link
+        keys = list((tmp_path / "run").glob(".dask-jobqueue.worker.*"))
+        assert keys and all(k.stat().st_mode & 0o077 == 0 for k in keys), keys
+
+
+def test_a_partition_slurm_rejects_fails_within_seconds_with_sbatchs_message(cli, slurm, tmp_path):
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor=slurm_executor(slurm, tmp_path, jobs=1, queue="no-such-partition"),
+                        name="bad-partition")
+    t0 = time.monotonic()
+    code, _, err = cli("run", wf)
+    assert time.monotonic() - t0 < 10, "an sbatch rejection must end the run at once"
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "SLURM rejects the worker jobs" in line and "invalid partition" in line, err
+    assert "Traceback" not in err
+
+
+def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
+    """local-directory, scheduler-options and python from the user's jobqueue.yaml are used as they are."""
+    import dask.config
+
+    from zarrmill.runtime.executors import slurm_cluster_kwargs
+    from zarrmill.runtime.spec import ExecutorSpec
+
+    config = {"local-directory": str(tmp_path / "scratch"), "python": "/opt/site/python3",
+              "scheduler-options": {"dashboard_address": ":8799", "port": 0}}
+    with dask.config.set({f"jobqueue.slurm.{k}": v for k, v in config.items()}):
+        (tmp_path / "run").mkdir()
+        kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"queue": slurm}), "w", tmp_path / "run", None)
+        assert "python" not in kw and "local_directory" not in kw  # dask-jobqueue reads them from the config
+        assert kw["scheduler_options"]["dashboard_address"] == ":8799" and kw["scheduler_options"]["port"] == 0
+        from dask_jobqueue import SLURMCluster
+
+        kw["scheduler_options"]["dashboard_address"] = "127.0.0.1:0"
+        with SLURMCluster(**kw) as cluster:
+            script = cluster.job_script()
+    assert "/opt/site/python3 -m distributed.cli.dask_worker" in script
+    assert f"--local-directory {tmp_path / 'scratch'}" in script
