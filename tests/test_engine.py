@@ -144,3 +144,22 @@ def test_executor_clients_never_become_dasks_default_scheduler(tmp_path):
         assert dask.config.get("scheduler", None) != "dask.distributed"
         assert int(da.ones(10, chunks=5).sum().compute()) == 10  # plain dask, not the client
     assert int(da.ones(10, chunks=5).sum().compute()) == 10
+
+
+@pytest.mark.parametrize("kind", ["sync", "threads", "local"])
+def test_a_failing_unit_is_one_line_on_every_executor_with_the_traceback_in_the_log(tmp_path, kind):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(src), "copy": rechunk_step(src, dst)},
+                        executor={"kind": kind, **({"workers": 1} if kind == "local" else {})})
+    assert zarrmill_subprocess("run", wf, "--step", "gen").returncode == 0
+    chunk = next(p for p in (src / "0" / "c").rglob("*") if p.is_file())
+    chunk.write_bytes(b"not a blosc chunk")
+    proc = zarrmill_subprocess("run", wf)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    line = errors[0]
+    assert "step 'copy' (rechunk): 1 of" in line and "unit 0:" in line and "RuntimeError" in line, line
+    log = Path(line.split("full log: ")[1])
+    assert log == dst / ".zarrmill" / "steps" / "copy" / "errors.log"
+    assert "Traceback" in log.read_text() and "decompression" in log.read_text()

@@ -41,6 +41,7 @@ class StepOptions:
     quiet: bool = False
     # called after finish(), before the step is marked done: (step, task name, params)
     provenance: Callable[[str, str, TaskParams], None] | None = None
+    error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
 
 
 @dataclass
@@ -111,6 +112,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
                 guard: OutputGuard, rec: StepRecord, t0: float) -> StepReport:
     root = guard.root
     ledger = Ledger(root, step)
+    opts.error_log = ledger.dir / "errors.log"
     old = ledger.record() if guard.owned() or guard.in_place else None
     rec.inputs = fingerprint(params.input_paths(), skip=[root])
     changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
@@ -166,7 +168,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         progress.close()
         ledger.close()
     if report.failures:
-        raise StepFailedError(_failure_summary(step, report))
+        raise StepFailedError(_failure_summary(step, report) + f"; full log: {opts.error_log}")
     if task.finish is not None:
         task.finish(params, ctx)
     if opts.provenance is not None:
@@ -244,6 +246,8 @@ def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, o
             except UnitError as err:
                 error = str(err)
                 log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
+                if attempt == opts.retries:
+                    _log_failure(opts, unit, err)
         else:
             yield unit, 0, error
 
@@ -276,11 +280,14 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
         for batch in ac.batches():
             for fut, result in batch:
                 unit = by_key.pop(fut.key)
-                # a result that arrived is good even if its worker died since (status "lost")
-                if fut.status == "finished" or not isinstance(result, BaseException):
+                # a unit returns its byte count: one that arrived is good even if its worker died
+                # since (status "lost"); a failure arrives as an exception or an exc_info tuple
+                if isinstance(result, int) and not isinstance(result, bool):
                     yield unit, result, None
                 else:
-                    yield unit, 0, _describe_future_error(task, unit, result)
+                    exc = _exception_of(result)
+                    _log_failure(opts, unit, exc)
+                    yield unit, 0, _describe_future_error(task, unit, exc)
             ac.update(submit(len(batch)))
 
 
@@ -291,6 +298,27 @@ def _stages(units: list[Unit]) -> list[list[Unit]]:
     for unit in units:
         by_stage.setdefault(int(unit.get("stage", 0)), []).append(unit)
     return [by_stage[k] for k in sorted(by_stage)]
+
+
+def _exception_of(result: Any) -> BaseException:
+    if isinstance(result, BaseException):
+        return result
+    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
+        return result[1].with_traceback(result[2]) if result[2] is not None else result[1]
+    return RuntimeError(f"the unit returned {result!r} instead of its byte count")
+
+
+def _log_failure(opts: StepOptions, unit: Unit, exc: BaseException) -> None:
+    """The whole traceback of a failed unit goes to the step's error log, not the terminal."""
+    if opts.error_log is None:
+        return
+    import traceback
+
+    opts.error_log.parent.mkdir(parents=True, exist_ok=True)
+    cause = exc.__cause__ or exc
+    with open(opts.error_log, "a", encoding="utf-8") as fh:
+        fh.write(f"--- unit {unit['id']} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.write("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)))
 
 
 def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:

@@ -76,7 +76,7 @@ class Executor:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
                                    processes=kind == "local", dashboard_address="127.0.0.1:0",
                                    **({"host": "127.0.0.1"} if kind == "local" else {}),  # threads: inproc
-                                   silence_logs=logging.ERROR,
+                                   silence_logs=_worker_log_level(),
                                    local_directory=str(self.run_dir / "dask") if kind == "local" else None)
         return cluster, Client(cluster, set_as_default=False)
 
@@ -99,6 +99,14 @@ class Executor:
         self.close()
 
 
+FAILURE_LOGGERS = ("distributed.worker", "distributed.scheduler", "distributed.client")
+
+
+def _worker_log_level() -> int:
+    """Local worker processes: their "Compute Failed" tracebacks go to the step's error log."""
+    return logging.DEBUG if logging.getLogger().getEffectiveLevel() <= logging.DEBUG else logging.CRITICAL
+
+
 def quiet_dask_logs() -> None:
     """dask's logging config gives sub-loggers (distributed.scheduler, ...) their own INFO level;
     outside --debug only their errors belong on a user's terminal."""
@@ -107,6 +115,9 @@ def quiet_dask_logs() -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.split(".")[0] in ("distributed", "dask_jobqueue"):
             logging.getLogger(name).setLevel(logging.ERROR)
+    # a failed unit is reported once by the engine (one line, traceback in the step's error log)
+    for name in FAILURE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
