@@ -132,3 +132,12 @@ def test_hostile_yaml_is_one_clear_line(cli, tmp_path, content, words):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     for word in words:
         assert word in err, err
+
+
+def test_a_typo_in_executor_slurm_fails_validate_with_a_suggestion(cli, tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: x\nexecutor:\n  kind: slurm\n  slurm: {queu: debug, memory: 1GB}\n"
+                  "steps:\n  a: {task: generate, params: {output: out.zarr, shape: [4, 8, 8]}}\n")
+    code, _, err = cli("validate", wf)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "wf.yaml:4:" in err and "'queu'" in err and "did you mean 'queue'" in err

@@ -1,9 +1,12 @@
 """The typed shape of a workflow file: executor block, per-step resources, steps."""
 from __future__ import annotations
 
+import difflib
+import inspect
+from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Strict(BaseModel):
@@ -47,6 +50,31 @@ class ExecutorSpec(Strict):
     worker_start_timeout: float = Field(300.0, gt=0, description="seconds to wait for the first worker")
     retries: int = Field(1, ge=0, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd and SLURM logs (default ./zarrmill-runs/<name>-<time>)")
+
+    @field_validator("slurm")
+    @classmethod
+    def _known_slurm_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Typos fail here, at validate time, not later on the cluster."""
+        known = slurm_parameters()
+        for key in value:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(known))}"
+                raise ValueError(f"{key!r} is not a SLURMCluster setting{hint}")
+        return value
+
+
+@lru_cache(maxsize=1)
+def slurm_parameters() -> frozenset[str]:
+    """Every keyword dask-jobqueue's SLURMCluster (and its job class) accepts."""
+    from dask_jobqueue import SLURMCluster
+    from dask_jobqueue.core import Job, JobQueueCluster
+    from dask_jobqueue.slurm import SLURMJob
+
+    names: set[str] = set()
+    for cls in (SLURMCluster, JobQueueCluster, SLURMJob, Job):
+        names |= {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")}
+    return frozenset(names - {"scheduler", "name", "config_name"})
 
 
 class Ready(Strict):
