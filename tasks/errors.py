@@ -10,9 +10,20 @@ class ZarrmillError(Exception):
 
 
 class ConfigError(ZarrmillError, ValueError):
-    """A workflow file, a parameter or a command-line option is wrong."""
+    """A workflow file, a parameter or a command-line option is wrong. ``problems`` holds every
+    problem found (one line each; ``zarrmill validate`` prints them all); the message is the first
+    with a count of the rest."""
 
     exit_code = 2
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        self.problems = list(problems) if problems else [message]
+        super().__init__(message)
+
+    @classmethod
+    def of(cls, problems: list[str]) -> "ConfigError":
+        more = f" (+{len(problems) - 1} more problems; zarrmill validate lists them)" if len(problems) > 1 else ""
+        return cls(problems[0] + more, problems)
 
 
 class InputError(ZarrmillError, ValueError):

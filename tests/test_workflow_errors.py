@@ -141,3 +141,18 @@ def test_a_typo_in_executor_slurm_fails_validate_with_a_suggestion(cli, tmp_path
     code, _, err = cli("validate", wf)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "wf.yaml:4:" in err and "'queu'" in err and "did you mean 'queue'" in err
+
+
+def test_validate_lists_every_problem_and_run_says_one_line(cli, tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: x\nexecutor: {kind: sync}\nsteps:\n"
+                  "  a: {task: generate, params: {output: o.zarr, shape: [4, 8, 8], sheep: 1, seed: x}}\n"
+                  "  b: {task: rechunk, params: {output: o2.zarr}}\n"
+                  "  c: {task: nope}\n")
+    code, _, err = cli("validate", wf)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 4, err
+    assert ["wf.yaml:4:" in lines[0] and "seed" in lines[0], "sheep" in lines[1], "steps.b.params.input" in lines[2],
+            "unknown task 'nope'" in lines[3]] == [True] * 4
+    code, _, err = cli("run", wf)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "+3 more problems" in err

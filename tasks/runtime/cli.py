@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     except ZarrmillError as err:
         if args.debug:
             raise
-        print(f"zarrmill: error: {err}", file=sys.stderr)
+        lines = getattr(err, "problems", None) if args.command == "validate" else None
+        for line in lines or [str(err)]:  # validate lists every problem; the rest say one line
+            print(f"zarrmill: error: {line}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)

@@ -82,7 +82,14 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
         check_inputs = check_inputs and dataset is not None
     data["steps"] = substitute({"steps": data_in.get("steps")}, scope, where)["steps"]
     spec = validate_model(WorkflowSpec, data, doc, ())
-    steps = {name: _build_step(name, s, doc) for name, s in spec.steps.items()}
+    steps, problems = {}, []
+    for name, s in spec.steps.items():  # every step's problems, not only the first step's
+        try:
+            steps[name] = _build_step(name, s, doc)
+        except ConfigError as err:
+            problems += err.problems
+    if problems:
+        raise ConfigError.of(problems)
     order = _dependency_order(steps, doc)
     ordered = [steps[n] for n in order]
     if check_inputs:
@@ -114,23 +121,22 @@ def validate_model(model: type[BaseModel], data: Any, doc: Located, prefix: tupl
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, model, doc, prefix)) from None
+        raise ConfigError.of(validation_problems(err, model, doc, prefix)) from None
 
 
-def format_validation_error(err: ValidationError, model: type[BaseModel], doc: Located,
-                            prefix: tuple) -> str:
-    """First problem as one line (file:line:col: field: what is wrong, what is allowed)."""
-    errors = err.errors()
-    first = errors[0]
-    loc = prefix + tuple(first["loc"])
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, first['loc']))}"
-    elif first["type"] == "missing":
-        msg = "required field is missing"
-    extra = f" (+{len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return f"{doc.where(loc)}: {field}: {msg}{extra}"
+def validation_problems(err: ValidationError, model: type[BaseModel], doc: Located, prefix: tuple) -> list[str]:
+    """Every problem as one line (file:line:col: field: what is wrong, what is allowed)."""
+    lines = []
+    for error in err.errors():
+        loc = prefix + tuple(error["loc"])
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        msg = error["msg"]
+        if error["type"] == "extra_forbidden":
+            msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, error['loc']))}"
+        elif error["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"{doc.where(loc)}: {field}: {msg}")
+    return lines
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
