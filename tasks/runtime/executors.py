@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import dask.config
-import psutil
 
 from ..errors import ExecutorError
 from .slurm import (
@@ -26,6 +25,7 @@ from .slurm import (
     shell_safe_path,
     tail_file,
 )
+from .machine import available_cpus, available_memory
 from .spec import ExecutorSpec, Resources
 
 SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
@@ -66,9 +66,10 @@ class Executor:
         if kind == "slurm":
             self.run_dir.mkdir(parents=True, exist_ok=True)
             return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
-        workers = self.spec.workers or (1 if kind == "threads" else os.cpu_count() or 1)
-        threads = (os.cpu_count() or 1) if kind == "threads" else self.spec.threads_per_worker
-        memory = self.spec.memory_limit or int(psutil.virtual_memory().total * 0.8 / workers)
+        cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
+        workers = self.spec.workers or (1 if kind == "threads" else cpus)
+        threads = cpus if kind == "threads" else self.spec.threads_per_worker
+        memory = self.spec.memory_limit or int(available_memory() * 0.8 / workers)
         if kind == "local":
             self.run_dir.mkdir(parents=True, exist_ok=True)
         with dask.config.set({UNSET_TRIM: None}):
