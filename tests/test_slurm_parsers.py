@@ -120,3 +120,29 @@ def test_an_entry_point_cannot_replace_a_built_in_task(monkeypatch):
             registry.task_modules()
     finally:
         registry.task_modules.cache_clear()
+
+
+def test_dry_run_prints_each_pools_job_script_and_writes_nothing(cli, tmp_path, monkeypatch):
+    import subprocess
+
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(yaml.safe_dump({"name": "dry", "executor": {"kind": "slurm", "slurm": {
+        "queue": "debug", "memory": "1GB", "job_extra_directives": ["--comment='a b; c'"],
+        "job_script_prologue": ["module load 'x y'"]}},
+        "steps": {"a": {"task": "generate", "params": {"output": "a.zarr", "shape": [4, 8, 8]}},
+                  "b": {"task": "rechunk", "needs": ["a"], "resources": {"memory": "2GB"},
+                        "params": {"input": "a.zarr", "output": "b.zarr"}}}}))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, out, err = cli("run", wf, "--dry-run")
+    assert code == 0, err
+    scripts = out.split("# worker job script for ")[1:]
+    assert [s.split(" ")[0] for s in scripts] == ["a", "b"]
+    assert "--mem=954M" in scripts[0] and "--mem=2G" in scripts[1] and "--protocol tls://" in scripts[0]
+    for script in scripts:
+        body = script.split("\n", 1)[1]
+        check = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "a dry run writes nothing"

@@ -8,6 +8,7 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -165,6 +166,34 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
         if key not in ("job_script_prologue", "security", "scheduler_options"):  # shell the user wrote on purpose; objects
             job_script_value(f"executor.slurm.{key}", value)
     return kwargs
+
+
+def render_job_script(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None) -> str:
+    """The worker job script a run would submit, without starting a scheduler or writing anything:
+    TLS files and the scheduler address appear as placeholders (they exist once the run starts)."""
+    import inspect
+
+    from dask_jobqueue.core import Job
+    from dask_jobqueue.slurm import SLURMJob
+
+    kwargs = slurm_cluster_kwargs(spec, name, run_dir, resources)
+    security, protocol = kwargs.pop("security", None), "tcp://"
+    if security is not None:
+        from distributed.security import Security
+
+        def placeholder(kind: str) -> str:
+            return str(run_dir / f".dask-jobqueue.worker.{kind}.RANDOM")
+
+        security = Security(tls_ca_file=placeholder("ca_file"), tls_worker_cert=placeholder("cert"),
+                            tls_worker_key=placeholder("key"))
+        protocol = "tls://"
+    accepted = set(inspect.signature(SLURMJob.__init__).parameters) | set(inspect.signature(Job.__init__).parameters)
+    job_kwargs = {k: v for k, v in kwargs.items() if k in accepted and k not in ("name", "scheduler")}
+    real_logs = job_kwargs.pop("log_directory")
+    with tempfile.TemporaryDirectory() as stand_in:  # dask-jobqueue creates the log folder it is given
+        job = SLURMJob(scheduler=f"{protocol}DRIVER-HOST:PORT", name=kwargs["job_name"], security=security,
+                       protocol=protocol, log_directory=stand_in, **job_kwargs)
+        return job.job_script().replace(stand_in, str(real_logs))
 
 
 def _jobqueue(key: str) -> Any:

@@ -42,13 +42,29 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
         run_for_each(wf, overwrite=overwrite, dry_run=dry_run)
         return []
     if dry_run:
-        for s in wf.steps:
-            if not only or s.name in only:
-                needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
-                print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
+        print_dry_run(wf, only)
         return []
     with Executor(wf.executor, wf.name, _run_dir(wf)) as executor:
         return run_steps(wf, executor, overwrite, only)
+
+
+def print_dry_run(wf: Workflow, only: list[str] | None = None) -> None:
+    """What a run would do, without writing or submitting anything: each step and its output, and
+    on SLURM the worker job script of every pool (one per distinct step resources)."""
+    from .executors import render_job_script
+
+    scripts: dict[tuple, list[str]] = {}
+    for s in wf.steps:
+        if only and s.name not in only:
+            continue
+        needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
+        print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
+        if wf.executor.kind == "slurm":
+            scripts.setdefault(s.resources.key() if s.resources else (), []).append(s.name)
+    for key, names in scripts.items():
+        resources = next(s.resources for s in wf.steps if s.name == names[0])
+        print(f"\n# worker job script for {', '.join(names)} (not submitted)")
+        print(render_job_script(wf.executor, wf.name, _run_dir(wf), resources).rstrip())
 
 
 def _run_dir(wf: Workflow) -> Path:
