@@ -37,7 +37,7 @@ from .io.chunk_io import write_region
 from .io.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff import WRITER_MODULES, Level, make_axes, write_image_metadata
 from .io.sources import Source, case_paths, describe, open_source
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"
 FINISH_IMPORTS = WRITER_MODULES
@@ -48,16 +48,16 @@ class Params(TaskParams):
     input: str = Field(description=".npy/TIFF file, folder of cases, zarr array or OME-Zarr image")
     output: str = Field(description="folder of .b2nd files (format b2nd), or a .zarr store (format zarr)")
     format: Literal["b2nd", "zarr"] = "b2nd"
-    patch: list[int] = Field(min_length=2, max_length=3, description="training patch size, spatial axes (e.g. [128,128,128] or [20,50,50])")
+    patch: list[PositiveInt] = Field(min_length=2, max_length=3, description="training patch size, spatial axes (e.g. [128,128,128] or [20,50,50])")
     layout: Literal["zarrmill", "nnunet", "blosc2"] = Field("zarrmill", description="chunk/block rule; nnunet and blosc2 are baselines")
-    chunks: list[int] | None = Field(None, description="override chunk shape (all axes)")
-    blocks: list[int] | None = Field(None, description="override block shape (all axes, b2nd)")
+    chunks: list[PositiveInt] | None = Field(None, description="override chunk shape (all axes)")
+    blocks: list[PositiveInt] | None = Field(None, description="override block shape (all axes, b2nd)")
     codec: Literal["auto", "lz4", "lz4hc", "zstd", "blosclz", "zlib"] = "auto"
     clevel: int = Field(5, ge=0, le=9, description="level when codec is not auto")
     filter: Literal["shuffle", "bitshuffle", "nofilter"] = Field("shuffle", description="when codec is not auto")
     policy: Policy = Field("balanced", description="codec trial: ratio, speed or balanced")
     trial_chunks: int = Field(4, ge=1, le=64, description="chunks sampled for the codec trial")
-    shards: list[int] | None = Field(None, description="zarr: shard shape, whole chunks")
+    shards: list[PositiveInt] | None = Field(None, description="zarr: shard shape, whole chunks")
     level: int = Field(0, ge=0, description="OME-Zarr input: pyramid level")
     axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
     unit_mb: float = Field(64.0, gt=0)

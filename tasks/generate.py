@@ -22,7 +22,7 @@ from .io.arrays import (
 from .io.chunk_io import write_region
 from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic import Blobs, render, to_dtype
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"
 UNIT_MB = 32
@@ -30,10 +30,10 @@ UNIT_MB = 32
 
 class Params(TaskParams):
     output: str = Field(description="OME-Zarr image to write")
-    shape: list[int] = Field(description="array shape, one entry per axis", min_length=2, max_length=5)
+    shape: list[PositiveInt] = Field(description="array shape, one entry per axis", min_length=2, max_length=5)
     axes: str = Field("zyx", description="axis names in order, a subsequence of 'tczyx'")
     dtype: Literal["uint8", "uint16", "int16", "float32"] = "uint16"
-    chunks: list[int] | None = Field(None, description="chunk shape (default: 1 per t/c, 64^3 / 256^2 spatial)")
+    chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: 1 per t/c, 64^3 / 256^2 spatial)")
     kind: Literal["blobs", "labels"] = Field("blobs", description="intensities or a label image")
     n_blobs: int = Field(200, ge=0, description="number of blobs (cells)")
     blob_radius: float = Field(6.0, gt=0, description="mean blob radius in pixels")

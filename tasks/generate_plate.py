@@ -21,7 +21,7 @@ from .io.synthetic_cv import (
     render_field,
     write_field_tiffs,
 )
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 
 class Params(TaskParams):
@@ -30,15 +30,15 @@ class Params(TaskParams):
                        description="plate name (file name prefix): letters, digits, '.', '_', '-'")
     wells: list[Annotated[str, StringConstraints(pattern=r"^[A-Z]{1,2}[0-9]{2}$")]] = Field(
         ["B03", "B04"], min_length=1, description="well ids, e.g. [B03, C05]")
-    grid: list[int] = Field([2, 2], min_length=2, max_length=2, description="fields per well: rows, columns")
-    shape: list[int] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
+    grid: list[PositiveInt] = Field([2, 2], min_length=2, max_length=2, description="fields per well: rows, columns")
+    shape: list[PositiveInt] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
     channels: int = Field(2, ge=1, le=8)
     z_planes: int = Field(1, ge=1)
     z_step: float = Field(1.0, gt=0)
     pixel_size: float = Field(0.325, gt=0, description="micrometer per pixel")
     overlap: float = Field(0.0, ge=0, lt=0.5, description="fraction of a field shared with its neighbour")
     jitter_um: float = Field(0.0, ge=0, description="random stage jitter, micrometer (irregular positions)")
-    plate_shape: list[int] = Field([8, 12], min_length=2, max_length=2, description="plate rows, columns")
+    plate_shape: list[PositiveInt] = Field([8, 12], min_length=2, max_length=2, description="plate rows, columns")
     dtype: Literal["uint8", "uint16"] = "uint16"
     blobs_per_field: int = Field(60, ge=0)
     blob_radius: float = Field(12.0, gt=0)

@@ -48,7 +48,7 @@ from .io.ngff import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes
 from .io.pattern import read_pattern_series
 from .io.planes import plane_header, read_plane_into
 from .io.volume import open_volume
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
 FINISH_IMPORTS = WRITER_MODULES
@@ -67,14 +67,14 @@ class Params(TaskParams):
     positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
     grid_columns: int | None = Field(None, ge=1, description="pattern without positions: fields per grid row (default: square)")
     pixel_size: list[float] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
-    plate_shape: list[int] = Field([8, 12], min_length=2, max_length=2, description="pattern: plate rows, columns")
+    plate_shape: list[PositiveInt] = Field([8, 12], min_length=2, max_length=2, description="pattern: plate rows, columns")
     channel_names: list[str] | None = Field(None, description="channel labels in channel order")
     axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")
     missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
     allow_extra_files: bool = Field(False, description="cellvoyager: accept image files the mlf does not list")
     check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
     ngff_version: NgffVersion = "0.5"
-    chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
+    chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
     # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))

@@ -45,7 +45,7 @@ from .io.cuboids import (
 )
 from .io.ngff import read_attrs, read_image
 from .io.points import read_points
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import NonNegativeInt, PlanContext, PositiveInt, TaskParams, Unit
 
 STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
           3: "dropped: cuboid crosses the image edge (edge: drop)"}
@@ -58,7 +58,7 @@ class Params(TaskParams):
     level: int = Field(0, ge=0, description="OME-Zarr pyramid level")
     points: str | None = Field(None, description="points: CSV (z,y,x[,label]), .npy (N x 3) or cellfinder XML")
     points_unit: Literal["voxel", "physical"] = Field("voxel", description="points: coordinates in voxels or micrometer")
-    cuboid: list[int] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
+    cuboid: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
     network_voxel_size: list[float] | None = Field(None, description="points: network voxel size (um); resample to it")
     voxel_size: list[float] | None = Field(None, description="data voxel size (um), default: the image's NGFF scale")
     centering: Literal["cellfinder", "round"] = "cellfinder"
@@ -69,8 +69,8 @@ class Params(TaskParams):
     seed: int = 0
     labels: str | None = Field(None, description="random: label image for foreground oversampling")
     foreground_fraction: float = Field(0.33, ge=0, le=1)
-    tile: list[int] | None = Field(None, description="grid: tile size (z,y,x)")
-    overlap: list[int] | None = Field(None, description="grid: overlap between tiles (z,y,x)")
+    tile: list[PositiveInt] | None = Field(None, description="grid: tile size (z,y,x)")
+    overlap: list[NonNegativeInt] | None = Field(None, description="grid: overlap between tiles (z,y,x)")
     patches_per_chunk: int = Field(4, ge=1, description="patches per output chunk (a small group: zarr-python's "
                                    "per-chunk write cost made one patch per chunk 3x slower to write)")
     patches_per_shard: int = Field(64, ge=1, description="patches per output shard file (a multiple of patches_per_chunk)")

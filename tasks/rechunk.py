@@ -31,7 +31,7 @@ from .io.ngff import (
     read_image,
     write_image_metadata,
 )
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 UNIT_MB = 64
 
@@ -39,8 +39,8 @@ UNIT_MB = 64
 class Params(TaskParams):
     input: str = Field(description="zarr array, or OME-Zarr image group (all levels are copied)")
     output: str = Field(description="where to write; must not exist unless --overwrite")
-    chunks: list[int] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
-    shards: list[int] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
+    chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
+    shards: list[PositiveInt] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
     codec: Codec = Field(default_factory=Codec)
     unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
     ngff_version: NgffVersion | None = Field(None, description="output NGFF version (default: the input's)")

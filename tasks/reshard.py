@@ -52,7 +52,7 @@ from .io.ngff import (
 )
 from .io.overview import OverviewLayout, overview_layout
 from .io.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
 FINISH_IMPORTS = WRITER_MODULES
@@ -65,7 +65,7 @@ class Params(TaskParams):
     image_name: str = Field("well", description="name of the well image (letters and digits)")
     overlap: Policy = Field("first", description="overlapping pixels: first, last, mean, or shift FOVs apart")
     level: int = Field(0, ge=0, description="FOV pyramid level to reshard")
-    chunk_yx: list[int] | None = Field(None, min_length=2, max_length=2, description="level-0 chunk [y, x] (default: divides the FOV)")
+    chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="level-0 chunk [y, x] (default: divides the FOV)")
     shard_mb: float = Field(64.0, gt=0, description="shard size of the lower levels")
     min_size: int = Field(256, ge=1, description="pyramid: stop once a level's largest side is at most this")
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")

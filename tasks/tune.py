@@ -25,7 +25,7 @@ from .io.codec_trial import Policy
 from .io.guard import OutputGuard
 from .io.patch_bench import patch_throughput
 from .io.sources import case_paths, open_source
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]
 FILTERS = ["shuffle", "bitshuffle"]
@@ -35,7 +35,7 @@ LAYOUTS = ["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet
 class Params(TaskParams):
     input: str = Field(description="a sample of your data: file(s) as compress takes them")
     output: str = Field(description="folder for tune.csv, tune.png, recommended.yaml and sample files")
-    patch: list[int] = Field(min_length=2, max_length=3, description="training patch size (spatial axes)")
+    patch: list[PositiveInt] = Field(min_length=2, max_length=3, description="training patch size (spatial axes)")
     seconds: float = Field(60.0, gt=0, description="time budget for all read measurements")
     processes: int = Field(1, ge=1, le=64, description="reader processes (training workers), one thread each")
     policy: Policy = Field("balanced", description="how to pick the recommendation: ratio, speed, balanced")

@@ -156,3 +156,22 @@ def test_validate_lists_every_problem_and_run_says_one_line(cli, tmp_path):
             "unknown task 'nope'" in lines[3]] == [True] * 4
     code, _, err = cli("run", wf)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "+3 more problems" in err
+
+
+@pytest.mark.parametrize("task,sets,field", [
+    ("generate", ["output=o.zarr", "shape=[4,0,8]"], "shape.1"),
+    ("generate", ["output=o.zarr", "shape=[4,8,8]", "chunks=[1,-4,8]"], "chunks.1"),
+    ("rechunk", ["input=i.zarr", "output=o.zarr", "chunks=[0,4,4]"], "chunks.0"),
+    ("rechunk", ["input=i.zarr", "output=o.zarr", "unit_mb=.inf"], "unit_mb"),
+    ("generate", ["output=o.zarr", "shape=[4,8,8]", "pixel_size=[1,.nan,1]"], "pixel_size"),
+    ("generate-plate", ["output=o", "grid=[0,2]"], "grid.0"),
+    ("patch-extract", ["input=i.zarr", "output=o.zarr", "points=p.csv", "cuboid=[2,-1,4]"], "cuboid.1"),
+    ("compress", ["input=i.npy", "output=o", "patch=[0,16,16]"], "patch.0"),
+], ids=["shape-0", "chunks-negative", "rechunk-chunks-0", "inf", "nan", "grid-0", "cuboid-negative", "patch-0"])
+def test_bad_sizes_are_one_line_naming_the_field(cli, tmp_path, task, sets, field):
+    args = ["task", task, "--executor", "sync"]
+    for s in sets:
+        args += ["--set", s]
+    code, _, err = cli(*args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"params.{field}" in err, err

@@ -20,19 +20,23 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..io.guard import OutputGuard
 
 Unit = dict[str, Any]
+# sizes, shapes, chunks: every entry at least 1 (0 or negative ended in tracebacks deep in zarr)
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class TaskParams(BaseModel):
     """Base of every task's parameters: unknown keys are errors, values are validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and infinity are never a size, a position or a pixel size
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     def input_paths(self) -> list[Path]:
         """Paths that must exist before the step runs (unless an earlier step writes them)."""
