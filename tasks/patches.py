@@ -31,7 +31,7 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write
+from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array
 from .io.atomic import atomic_write_bytes
 from .io.chunk_io import read_chunk, write_region
 from .io.cuboids import (
@@ -43,7 +43,7 @@ from .io.cuboids import (
     read_padded,
     resample_linear,
 )
-from .io.ngff import read_attrs, read_image
+from .io.ngff import check_dimensions, read_attrs, read_image
 from .io.points import read_points
 from .runtime.contract import NonNegativeInt, PlanContext, PositiveInt, TaskParams, Unit
 
@@ -95,12 +95,13 @@ def open_level(path: str | Path, level: int) -> tuple[zarr.Array, tuple[float, .
     """(array of an OME-Zarr level or a plain zarr array, spatial voxel sizes from its scale)."""
     attrs, _ = read_attrs(Path(path))
     if "multiscales" not in attrs:
-        arr = zarr.open_array(str(path), mode="r")
+        arr = open_input_array(path)
         return arr, (1.0,) * arr.ndim
     meta = read_image(Path(path))
     lv = meta.levels[min(level, len(meta.levels) - 1)]
-    return (zarr.open_array(str(Path(path) / lv.path), mode="r"),
-            tuple(s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"))
+    arr = open_input_array(Path(path) / lv.path)
+    check_dimensions(meta, lv, tuple(arr.shape))
+    return arr, tuple(s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx")
 
 
 def open_image(p: Params) -> tuple[zarr.Array, tuple[float, ...]]:

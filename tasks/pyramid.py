@@ -29,6 +29,7 @@ from .io.arrays import (
     ensure_array,
     group_regions,
     open_for_write,
+    open_input_array,
 )
 from .io.chunk_io import write_region
 from .io.downsample import downsample, out_shape
@@ -37,6 +38,7 @@ from .io.ngff import (
     WRITER_MODULES,
     ImageMeta,
     Level,
+    check_dimensions,
     plate_images,
     read_image,
     write_image_metadata,
@@ -170,7 +172,8 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
     root = base / image
-    arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
+    arr0 = open_input_array(root / meta.levels[0].path)
+    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
     method = _method(p, meta)
     prev = meta.levels[0].path
     units: list[Unit] = []
@@ -227,7 +230,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     for image in _images(p):
         root = Path(p.input) / image
         meta = read_image(root)
-        arr0 = zarr.open_array(str(root / meta.levels[0].path), mode="r")
+        arr0 = open_input_array(root / meta.levels[0].path)
         _write_levels(root, meta, pyramid_levels(p, meta, tuple(arr0.shape)))
 
 

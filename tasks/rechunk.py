@@ -19,6 +19,7 @@ from .io.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
+    open_input_array,
     region_nbytes,
     region_slices,
 )
@@ -27,6 +28,7 @@ from .io.ngff import (
     NGFF_FORMATS,
     ImageMeta,
     NgffVersion,
+    check_dimensions,
     read_attrs,
     read_image,
     write_image_metadata,
@@ -64,9 +66,8 @@ def _sources(p: Params) -> tuple[ImageMeta | None, list[str]]:
         meta = read_image(Path(p.input))
         return meta, [lv.path for lv in meta.levels]
     if (Path(p.input) / "zarr.json").exists() or (Path(p.input) / ".zarray").exists():
-        arr = zarr.open(str(p.input), mode="r")
-        if isinstance(arr, zarr.Array):
-            return None, [""]
+        open_input_array(p.input)  # an array (a group without multiscales is refused there)
+        return None, [""]
     raise InputError(f"{p.input}: neither a zarr array nor an OME-Zarr image")
 
 
@@ -88,12 +89,14 @@ def _level_spec(p: Params, src: zarr.Array, zarr_format: int) -> ArraySpec:
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     meta, paths = _sources(p)
     version = p.ngff_version or (meta.version if meta else None)
-    zarr_format = NGFF_FORMATS[version] if version else zarr.open_array(str(p.input), mode="r").metadata.zarr_format
+    zarr_format = NGFF_FORMATS[version] if version else open_input_array(p.input).metadata.zarr_format
     if meta is not None:
         ensure_group(Path(p.output), zarr_format, ctx)
     units: list[Unit] = []
     for path in paths:
-        src = zarr.open_array(str(Path(p.input) / path), mode="r")
+        src = open_input_array(Path(p.input) / path)
+        if meta is not None:
+            check_dimensions(meta, meta.levels[paths.index(path)], tuple(src.shape))
         spec = _level_spec(p, src, zarr_format)
         if path:
             ensure_array(Path(p.output), path, spec, ctx)

@@ -34,6 +34,7 @@ from .io.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
+    open_input_array,
 )
 from .io.chunk_io import write_region
 from .io.fov_table import table_rows, write_fov_table
@@ -115,7 +116,7 @@ class Well:
         fovs = []
         for i, (im, meta) in enumerate(zip(images, metas)):
             own = self._level(meta, p.level)
-            arr = zarr.open_array(str(meta.path / own.path), mode="r")
+            arr = open_input_array(meta.path / own.path)
             if i == 0:
                 self.dtype, self.lead_shape = arr.dtype, tuple(n for k, n in enumerate(arr.shape) if k not in self.spatial)
             self._check_same(meta, own, arr, names, level)

@@ -11,7 +11,8 @@ import numpy as np
 import zarr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import OutputExistsError, UnsafeOutputError
+from ..errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
+from .atomic import read_json
 from .guard import OutputGuard
 
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
@@ -95,6 +96,21 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
 
 def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def open_input_array(path: str | Path) -> zarr.Array:
+    """An input array, read-only; damaged metadata or a path that holds no array is one clear
+    error naming the path (zarr-python would raise from deep inside)."""
+    path = Path(path)
+    for name in ("zarr.json", ".zarray"):
+        if (path / name).exists():
+            meta = read_json(path / name)  # names the file and position if it is damaged
+            if name == "zarr.json" and meta.get("node_type") != "array":
+                raise InputError(f"{path}: a zarr group, not an array")
+            return zarr.open_array(str(path), mode="r")
+    if not path.exists():
+        raise InputNotFoundError(f"{path}: does not exist")
+    raise InputError(f"{path}: not a zarr array (no zarr.json or .zarray)")
 
 
 def open_for_write(path: str | Path, sparse: bool = False) -> zarr.Array:

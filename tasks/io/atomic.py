@@ -41,5 +41,19 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    with open(path, "rb") as fh:
-        return json.load(fh)
+    """A JSON file; a damaged one (truncated, binary, hand-edited) is one error naming the file and
+    where it breaks."""
+    from ..errors import InputError
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; zarrmill needs to read it") from None
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}); "
+                         "the file is damaged or was not written completely") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text (UTF-8) JSON file") from None

@@ -83,6 +83,13 @@ def member_path(root: Path, rel: Any, what: str) -> Path:
     return inside(root, *rel.split("/"), what=what, resolve=False)  # reading may follow links
 
 
+def check_dimensions(meta: ImageMeta, level: Level, shape: tuple[int, ...]) -> None:
+    """The array of a level has one dimension per axis the metadata lists."""
+    if len(shape) != len(meta.axes):
+        raise InputError(f"{meta.path}: array {level.path!r} has {len(shape)} dimensions {list(shape)} but multiscales "
+                         f"lists {len(meta.axes)} axes ({', '.join(meta.axis_names)}); fix the axes metadata")
+
+
 def read_image(path: Path) -> ImageMeta:
     attrs, zarr_format = read_attrs(path)
     multiscales = attrs.get("multiscales")
@@ -92,9 +99,16 @@ def read_image(path: Path) -> ImageMeta:
     version = attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4")
     axes = [a if isinstance(a, dict) else {"name": a} for a in ms.get("axes", [])]
     levels = []
+    if not isinstance(ms.get("datasets"), list) or not ms["datasets"]:
+        raise InputError(f"{path}: multiscales has no datasets; fix the image metadata")
     for ds in ms["datasets"]:
-        scale, translation = _transforms(ms, ds, len(axes))
         member_path(path, ds.get("path"), "multiscales dataset path")
+        scale, translation = _transforms(ms, ds, len(axes))
+        for name, values in (("scale", scale), ("translation", translation)):
+            if values is not None and len(values) != len(axes):
+                raise InputError(f"{path}: dataset {ds['path']!r} has a {name} of {len(values)} values but "
+                                 f"multiscales lists {len(axes)} axes ({', '.join(a.get('name', '?') for a in axes)}); "
+                                 "axes and transforms must match the array's dimensions")
         levels.append(Level(ds["path"], scale, translation))
     return ImageMeta(Path(path), str(version), axes, levels, attrs)
 

@@ -51,23 +51,37 @@ def _npy(path: Path) -> np.ndarray:
 
 
 def _csv(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    with open(path, newline="") as fh:
-        sample = fh.read(4096)
-        fh.seek(0)
-        dialect = csv.Sniffer().sniff(sample, delimiters=",\t;") if sample.strip() else csv.excel
-        reader = csv.DictReader(fh, dialect=dialect)
-        cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
-        missing = [c for c in ("z", "y", "x") if c not in cols]
-        if missing:
-            raise InputError(f"{path}: missing columns {missing}; need z, y, x (and optionally label)")
-        zyx, labels = [], []
-        for line, row in enumerate(reader, start=2):
-            try:
-                zyx.append([float(row[cols[c]]) for c in ("z", "y", "x")])
-                labels.append(int(float(row[cols["label"]])) if "label" in cols and row[cols["label"]] not in ("", None) else -1)
-            except (TypeError, ValueError) as err:
-                raise InputError(f"{path}:{line}: cannot read {dict(row)} ({err})") from None
+    """Comma, tab, semicolon or whitespace separated, a header naming z, y, x (and label)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text (UTF-8) points file") from None
+    rows = [_split(line) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not rows:
+        raise InputError(f"{path}: no header and no points; need columns z, y, x (and optionally label)")
+    header = [c.strip().lower() for c in rows[0]]
+    missing = [c for c in ("z", "y", "x") if c not in header]
+    if missing:
+        raise InputError(f"{path}:1: missing columns {missing} in header {rows[0]}; need z, y, x (and optionally label)")
+    idx = {c: header.index(c) for c in ("z", "y", "x", "label") if c in header}
+    zyx, labels = [], []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise InputError(f"{path}:{line}: {len(row)} values {row} but the header has {len(header)} columns")
+        try:
+            zyx.append([float(row[idx[c]]) for c in ("z", "y", "x")])
+            label = row[idx["label"]].strip() if "label" in idx else ""
+            labels.append(int(float(label)) if label else -1)
+        except ValueError:
+            raise InputError(f"{path}:{line}: {row} is not numeric z, y, x (and label)") from None
     return np.asarray(zyx, dtype=np.float64).reshape(-1, 3), np.asarray(labels, dtype=np.int64)
+
+
+def _split(line: str) -> list[str]:
+    for sep in (",", "\t", ";"):
+        if sep in line:
+            return next(csv.reader([line], delimiter=sep))
+    return line.split()
 
 
 def _cellfinder_xml(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -77,12 +91,15 @@ def _cellfinder_xml(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise InputError(f"{path}: not valid XML ({err})") from None
     zyx, labels = [], []
     for mtype in root.iter("Marker_Type"):
-        kind = int((mtype.findtext("Type") or "-1").strip())
+        try:
+            kind = int((mtype.findtext("Type") or "-1").strip())
+        except ValueError:
+            raise InputError(f"{path}: Marker_Type has Type {mtype.findtext('Type')!r}, not a whole number") from None
         for marker in mtype.iter("Marker"):
             try:
                 zyx.append([float(marker.findtext(f"Marker{a}")) for a in "ZYX"])
             except (TypeError, ValueError):
-                raise InputError(f"{path}: a Marker lacks numeric MarkerX/MarkerY/MarkerZ") from None
+                raise InputError(f"{path}: a Marker of Type {kind} lacks numeric MarkerX/MarkerY/MarkerZ") from None
             labels.append(kind)
     if not zyx and root.find(".//Marker_Data") is None:
         raise InputError(f"{path}: not a cellfinder/CellCounter XML (no Marker_Data)")

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InputError, InputNotFoundError
+from .arrays import open_input_array
 
 SUPPORTED_KINDS = "biuf"
 
@@ -26,19 +27,18 @@ class Source:
 
 
 def _zarr_source(path: Path, level: int) -> Source:
-    import zarr
-
-    from .ngff import read_attrs, read_image
+    from .ngff import check_dimensions, read_attrs, read_image
 
     attrs, _ = read_attrs(path)
     if "multiscales" in attrs:
         meta = read_image(path)
         lv = meta.levels[min(level, len(meta.levels) - 1)]
-        arr = zarr.open_array(str(path / lv.path), mode="r")
+        arr = open_input_array(path / lv.path)
+        check_dimensions(meta, lv, tuple(arr.shape))
         sizes = {a: s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"}
         axes = "".join(meta.axis_names)
     else:
-        arr = zarr.open_array(str(path), mode="r")
+        arr = open_input_array(path)
         sizes, axes = {}, default_axes(arr.ndim)
     name = path.name.split(".")[0]
     return Source(name, path, tuple(arr.shape), np.dtype(arr.dtype), lambda sl: np.asarray(arr[sl]), sizes, axes)

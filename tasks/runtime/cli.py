@@ -103,12 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines or [str(err)]:  # validate lists every problem; the rest say one line
             print(f"zarrmill: error: {line}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         _quiet_closed_stdout()
         return 0
+    except Exception as err:  # noqa: BLE001 - a bug or an unforeseen input: one line, traceback with --debug
+        if args.debug:
+            raise
+        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback, "
+              "and please report it)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
 
 
 def _quiet_closed_stdout() -> None:

@@ -5,7 +5,6 @@ On SLURM each distinct set of step resources gets its own SLURMCluster (a worker
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import sys
 import tempfile
