@@ -40,7 +40,7 @@ UNIT_MB = 64
 
 class Params(TaskParams):
     input: str = Field(description="zarr array, or OME-Zarr image group (all levels are copied)")
-    output: str = Field(description="where to write; must not exist unless --overwrite")
+    output: str = Field(description="where to write: a new or empty folder, or a store zarrmill wrote (replaced only with --overwrite)")
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
     shards: list[PositiveInt] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
     codec: Codec = Field(default_factory=Codec)
