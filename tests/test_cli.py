@@ -86,3 +86,25 @@ def test_task_help_is_plain_text_with_allowed_values_bounds_and_defaults(cli):
     code, out, _ = cli("schema")
     schema = json.loads(out)
     assert schema["$id"].startswith("urn:zarrmill:workflow-schema:")
+
+
+def test_run_folders_live_in_one_place_and_prune_removes_only_old_marked_ones(cli, tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("ZARRMILL_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor={"kind": "local", "workers": 1})
+    assert cli("run", wf)[0] == 0
+    made = list((tmp_path / "runs").iterdir())
+    assert len(made) == 1 and made[0].name.startswith("t-") and (made[0] / ".zarrmill-run").exists()
+    assert not (tmp_path / "zarrmill-runs").exists(), "nothing piles up in the current folder"
+    mine = tmp_path / "runs" / "not-zarrmills"
+    mine.mkdir()
+    old = time.time() - 30 * 86400
+    for path in [made[0], *made[0].rglob("*"), mine]:
+        os.utime(path, (old, old), follow_symlinks=False)
+    code, out, _ = cli("runs", "--prune", "--days", "7")
+    assert code == 0 and "removed 1 run folders" in out
+    assert not made[0].exists() and mine.exists()

@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=["ratio", "speed", "balanced"], default="balanced")
     p.add_argument("--overwrite", action="store_true")
 
-    p = add("runs", "history of a for_each workflow's scheduled conversions")
-    p.add_argument("workflow")
+    p = add("runs", "history of a for_each workflow's scheduled conversions; --prune removes old run folders")
+    p.add_argument("workflow", nargs="?")
+    p.add_argument("--prune", action="store_true", help="remove run folders (logs, worker scratch) not used for --days")
+    p.add_argument("--days", type=float, default=14.0, help="with --prune: age in days (default 14)")
     p.add_argument("--failed", action="store_true", help="only datasets whose latest attempt failed")
     p.add_argument("--retry", action="store_true", help="re-queue failed datasets for the next run")
     _add_set(p)

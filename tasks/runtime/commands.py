@@ -144,6 +144,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from .history import History
     from .scheduler import state_dir
 
+    if args.prune:
+        from .rundirs import prune, runs_root
+
+        removed = prune(args.days)
+        print(f"removed {len(removed)} run folders older than {args.days:g} days from {runs_root()}")
+        return 0
+    if not args.workflow:
+        raise ConfigError("zarrmill runs: give a for_each workflow file (or --prune)")
     wf = load_workflow(args.workflow, args.set, check_inputs=False)
     if wf.for_each is None:
         raise ConfigError(f"{args.workflow}: not a for_each workflow (no run history)")

@@ -26,6 +26,7 @@ from .slurm import (
     tail_file,
 )
 from .machine import available_cpus, available_memory
+from .rundirs import make_run_dir
 from .spec import ExecutorSpec, Resources
 
 SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
@@ -64,14 +65,14 @@ class Executor:
                 raise ExecutorError("executor.kind is 'address' but executor.address is not set")
             return None, Client(self.spec.address, set_as_default=False)
         if kind == "slurm":
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            make_run_dir(self.run_dir)
             return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
         cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
         workers = self.spec.workers or (1 if kind == "threads" else cpus)
         threads = cpus if kind == "threads" else self.spec.threads_per_worker
         memory = self.spec.memory_limit or int(available_memory() * 0.8 / workers)
         if kind == "local":
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            make_run_dir(self.run_dir)
         with dask.config.set({UNSET_TRIM: None}):
             # the dashboard (and the scheduler) listen on this machine only
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,

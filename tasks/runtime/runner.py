@@ -6,19 +6,22 @@ import hashlib
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from .engine import StepOptions, StepReport, run_step
 from .executors import Executor
 from .provenance import record_step, step_entry
 from .registry import get_task
+from .rundirs import runs_root
 from .slurm import sanitize_job_name
 from .workflow import Workflow
 
 
 def default_run_dir(workflow: Workflow) -> Path:
+    """``<runs root>/<name>-<time>-<random>``: one documented place, not the current folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / "zarrmill-runs" / f"{sanitize_job_name(workflow.name)}-{stamp}"
+    return runs_root() / f"{sanitize_job_name(workflow.name)}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
 def workflow_hash(wf: Workflow) -> str:

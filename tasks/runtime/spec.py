@@ -49,7 +49,7 @@ class ExecutorSpec(Strict):
         "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)"))
     worker_start_timeout: float = Field(300.0, gt=0, description="seconds to wait for the first worker")
     retries: int = Field(1, ge=0, description="times a failed unit is retried")
-    run_dir: str | None = Field(None, description="worker cwd and SLURM logs (default ./zarrmill-runs/<name>-<time>)")
+    run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
 
     @field_validator("slurm")
     @classmethod
