@@ -276,3 +276,17 @@ def test_read_plane_into_raw_compressed_truncated_and_mismatched(tmp_path):
         read_plane_into(tmp_path / "cut.tif", out)
     with pytest.raises(InputError, match=r"raw.tif: .*expected \(37, 54\)"):
         read_plane_into(tmp_path / "raw.tif", np.zeros((37, 54), "uint16"))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", "x1"])
+def test_a_position_that_is_not_a_finite_number_is_refused(cli, tmp_path, bad):
+    write_imagexpress(tmp_path / "raw")
+    csv_path = tmp_path / "raw" / "positions.csv"
+    lines = csv_path.read_text().splitlines()
+    well, field, _, y = lines[1].split(",")
+    lines[1] = ",".join([well, field, bad, y])
+    csv_path.write_text("\n".join(lines) + "\n")
+    code, _, err = ingest(cli, tmp_path / "raw", tmp_path / "p.zarr", "pattern={plate}_{well}_s{field}_w{channel}.tif",
+                          f"positions={csv_path}", "pixel_size=[0.5,0.5]")
+    assert code == 2 and "positions.csv:2:" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "p.zarr").exists()

@@ -8,6 +8,7 @@ not the instrument). This covers ImageXpress-style exports and plain folders of 
 from __future__ import annotations
 
 import csv
+import math
 import re
 from pathlib import Path
 
@@ -62,9 +63,13 @@ def read_positions(path: Path) -> dict[tuple[int, int, int], tuple[float, float,
         for n, rec in enumerate(reader, start=2):
             try:
                 r, c = _well_rc({"well": rec["well"]})
-                out[(r, c, int(rec["field"]))] = (float(rec["x"]), float(rec["y"]), float(rec.get("z") or 0))
-            except (ValueError, AttributeError) as err:
+                field = int(rec["field"])
+                xyz = (float(rec["x"]), float(rec["y"]), float(rec.get("z") or 0))
+            except (ValueError, AttributeError, TypeError) as err:
                 raise InputError(f"{path}:{n}: bad row {rec} ({err})") from None
+            if not all(math.isfinite(v) for v in xyz):  # would end up in zarr.json as NaN/Infinity
+                raise InputError(f"{path}:{n}: position {xyz} is not a finite number (x, y, z in micrometer)")
+            out[(r, c, field)] = xyz
     return out
 
 
