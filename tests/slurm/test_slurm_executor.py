@@ -57,6 +57,10 @@ def test_slurm_run_matches_sync_bytes_and_ignores_local_tasks_py(cli, slurm, tmp
     assert code == 0, err
     assert "zm-slurm-equal-bytes" in watcher.seen, watcher.seen
     assert tree_digest(tmp_path / "slurm") == tree_digest(tmp_path / "sync")
+    # cancelled at the end: gone from the queue once SLURM has reaped them (COMPLETING takes a moment)
+    deadline = time.monotonic() + 30
+    while "zm-slurm-equal-bytes" in squeue_names() and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert "zm-slurm-equal-bytes" not in squeue_names(), "worker jobs must be cancelled at the end"
 
 
