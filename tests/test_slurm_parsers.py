@@ -146,3 +146,26 @@ def test_dry_run_prints_each_pools_job_script_and_writes_nothing(cli, tmp_path, 
         check = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "a dry run writes nothing"
+
+
+def test_scontrol_job_lines_parse_and_end_reasons_are_named():
+    from zarrmill.runtime.slurm import END_REASONS, parse_scontrol_jobs
+
+    text = ("JobId=12 JobName=zm-a UserId=root(0) JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15\n"
+            "JobId=13 JobName=zm-a JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125\n"
+            "JobId=14 JobName=other JobState=RUNNING\n")
+    jobs = parse_scontrol_jobs(text)
+    assert [(j["JobId"], j["JobState"]) for j in jobs] == [("12", "TIMEOUT"), ("13", "OUT_OF_MEMORY"), ("14", "RUNNING")]
+    assert "walltime" in END_REASONS["TIMEOUT"] and "memory" in END_REASONS["OUT_OF_MEMORY"]
+
+
+def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
+    import time
+
+    from zarrmill.runtime import slurm
+
+    text = ("JobId=1 JobName=zm-a JobState=TIMEOUT SubmitTime=2020-01-01T00:00:00\n"
+            f"JobId=2 JobName=zm-a JobState=OUT_OF_MEMORY SubmitTime={time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+    monkeypatch.setattr(slurm, "run_slurm", lambda args, **kw: text)
+    ended = slurm.ended_jobs({"zm-a"}, since=time.time() - 60)
+    assert len(ended) == 1 and ended[0].startswith("worker job 2 OUT_OF_MEMORY (ran out of memory")

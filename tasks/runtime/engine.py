@@ -42,6 +42,8 @@ class StepOptions:
     # called after finish(), before the step is marked done: (step, task name, params)
     provenance: Callable[[str, str, TaskParams], None] | None = None
     error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
+    # why the cluster lost workers (SLURM: out of memory, walltime), asked when units failed with them
+    explain_lost_workers: Callable[[], str] | None = None
 
 
 @dataclass
@@ -168,7 +170,9 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         progress.close()
         ledger.close()
     if report.failures:
-        raise StepFailedError(_failure_summary(step, report) + f"; full log: {opts.error_log}")
+        why = opts.explain_lost_workers() if opts.explain_lost_workers and _lost_workers(report) else ""
+        raise StepFailedError(_failure_summary(step, report) + (f"; {why}" if why else "")
+                              + f"; full log: {opts.error_log}")
     if task.finish is not None:
         task.finish(params, ctx)
     if opts.provenance is not None:
@@ -298,6 +302,12 @@ def _stages(units: list[Unit]) -> list[list[Unit]]:
     for unit in units:
         by_stage.setdefault(int(unit.get("stage", 0)), []).append(unit)
     return [by_stage[k] for k in sorted(by_stage)]
+
+
+def _lost_workers(report: StepReport) -> bool:
+    """A unit failed because the worker running it died (distributed's KilledWorker)."""
+    return any("KilledWorker" in failure or "worker" in failure.lower() and "died" in failure.lower()
+               for failure in report.failures)
 
 
 def _exception_of(result: Any) -> BaseException:

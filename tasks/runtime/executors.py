@@ -18,6 +18,7 @@ import dask.config
 from ..errors import ExecutorError
 from .slurm import (
     SlurmCommandError,
+    ended_jobs,
     job_script_value,
     job_state,
     run_slurm,
@@ -43,6 +44,8 @@ class Executor:
         self.name = name
         self.run_dir = run_dir
         self._pools: dict[tuple, tuple[Any, Any]] = {}
+        self.job_names: set[str] = set()  # SLURM worker job names, to say why a job ended
+        self.started = time.time() - 1  # SubmitTime has whole seconds
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
     def client_for(self, resources: Resources | None) -> Any:
@@ -66,7 +69,9 @@ class Executor:
             return None, Client(self.spec.address, set_as_default=False)
         if kind == "slurm":
             make_run_dir(self.run_dir)
-            return start_slurm_pool(self.spec, self.name, self.run_dir, resources)
+            cluster, client = start_slurm_pool(self.spec, self.name, self.run_dir, resources)
+            self.job_names.add(cluster.job_name)
+            return cluster, client
         cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
         workers = self.spec.workers or (1 if kind == "threads" else cpus)
         threads = cpus if kind == "threads" else self.spec.threads_per_worker
@@ -81,6 +86,17 @@ class Executor:
                                    silence_logs=_worker_log_level(),
                                    local_directory=str(self.run_dir / "dask") if kind == "local" else None)
         return cluster, Client(cluster, set_as_default=False)
+
+    def explain_lost_workers(self) -> str:
+        """Why SLURM ended worker jobs of this run (memory, walltime, node), or ""."""
+        if self.spec.kind != "slurm" or not self.job_names:
+            return ""
+        deadline = time.monotonic() + 15  # dask can notice the lost worker before SLURM records why
+        while True:
+            ended = ended_jobs(self.job_names, since=self.started)
+            if ended or time.monotonic() > deadline:
+                return "; ".join(ended)
+            time.sleep(1.0)
 
     def dashboard_links(self) -> list[str]:
         return [c.dashboard_link for _, c in self._pools.values() if c is not None]

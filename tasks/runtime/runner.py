@@ -90,7 +90,8 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
                 name, task, params.model_dump(mode="json"), params.input_paths(), started))
 
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
-                           upstream_changed=any(n in changed for n in step.needs))
+                           upstream_changed=any(n in changed for n in step.needs),
+                           explain_lost_workers=executor.explain_lost_workers)
         report = run_step(step.name, get_task(step.task), step.params,
                           lambda step=step: executor.client_for(step.resources), opts)
         if report.ran:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from ..errors import ConfigError, ExecutorError
@@ -108,3 +109,37 @@ def sanitize_job_name(name: str, max_len: int = 40) -> str:
     """SLURM job names: letters, digits, - _ . only (spaces and slashes break scripts and logs)."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
     return (cleaned or "zarrmill")[:max_len]
+
+
+# why SLURM ended a job, in words a user can act on
+END_REASONS = {
+    "OUT_OF_MEMORY": "ran out of memory: raise executor.slurm.memory (or a step's resources.memory)",
+    "TIMEOUT": "reached its walltime: raise executor.slurm.walltime (or a step's resources.walltime)",
+    "NODE_FAIL": "lost its node",
+    "PREEMPTED": "was preempted",
+    "BOOT_FAIL": "failed to boot",
+}
+
+
+def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
+    """``scontrol show job -o`` (one line per job) -> each job's Key=Value pairs."""
+    return [parse_scontrol_job(line) for line in text.splitlines() if line.strip().startswith("JobId=")]
+
+
+def ended_jobs(job_names: set[str], since: float = 0.0) -> list[str]:
+    """Worker jobs of these names, submitted since ``since`` (epoch seconds), that SLURM ended for
+    a reason (out of memory, walltime, node failure)."""
+    try:
+        jobs = parse_scontrol_jobs(run_slurm(["scontrol", "show", "job", "-o"]))
+    except SlurmCommandError:
+        return []
+    return [f"worker job {j.get('JobId')} {j.get('JobState')} ({END_REASONS[j.get('JobState', '')]})"
+            for j in jobs if j.get("JobName") in job_names and j.get("JobState") in END_REASONS
+            and _submitted(j) >= since]
+
+
+def _submitted(job: dict[str, str]) -> float:
+    try:
+        return time.mktime(time.strptime(job.get("SubmitTime", ""), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return float("inf")  # unknown: do not hide it

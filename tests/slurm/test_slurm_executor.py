@@ -261,3 +261,19 @@ def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
             script = cluster.job_script()
     assert "/opt/site/python3 -m distributed.cli.dask_worker" in script
     assert f"--local-directory {tmp_path / 'scratch'}" in script
+
+
+def test_a_worker_killed_at_its_walltime_is_named_in_the_failure(cli, slurm, tmp_path):
+    """SLURM ends the worker job at its walltime while a unit runs: the failure line says so and
+    what to raise, instead of a bare KilledWorker."""
+    import dask.config
+
+    executor = slurm_executor(slurm, tmp_path, jobs=1, walltime="00:01:00")
+    executor["retries"] = 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 240000}}}, executor=executor, name="walltime")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # the first lost worker fails the unit
+        code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    assert "TIMEOUT" in line and "raise executor.slurm.walltime" in line, line
