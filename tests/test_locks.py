@@ -28,6 +28,13 @@ def _leave_stale_lock(path: Path) -> None:
     path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead", "since": 0}))
 
 
+def _locks(tmp_path: Path) -> Path:
+    """Locks live in zarrmill's bookkeeping folders (an output's .zarrmill, a state folder)."""
+    folder = tmp_path / ".zarrmill"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def _try(path: Path) -> DatasetLock | None:
     lock = DatasetLock(path, stale_after=60)
     try:
@@ -40,7 +47,7 @@ def _try(path: Path) -> DatasetLock | None:
 @pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
 def test_thirty_threads_exactly_one_holder_every_trial(tmp_path, stale):
     for trial in range(30):
-        path = tmp_path / f"t{trial}.lock"
+        path = _locks(tmp_path) / f"t{trial}.lock"
         if stale:
             _leave_stale_lock(path)
         barrier = threading.Barrier(TAKERS)
@@ -78,7 +85,7 @@ def _process_taker(path: str, barrier, results, done) -> None:
 def test_thirty_processes_exactly_one_holder(tmp_path, stale):
     ctx = multiprocessing.get_context("spawn")  # fork from a threaded pytest process can deadlock
     for trial in range(3):
-        path = tmp_path / f"p{trial}.lock"
+        path = _locks(tmp_path) / f"p{trial}.lock"
         if stale:
             _leave_stale_lock(path)
         barrier, results, done = ctx.Barrier(TAKERS), ctx.Queue(), ctx.Event()
@@ -93,7 +100,7 @@ def test_thirty_processes_exactly_one_holder(tmp_path, stale):
 
 
 def test_a_live_holder_is_never_taken_over_and_a_dead_one_is(tmp_path):
-    path = tmp_path / "x.lock"
+    path = _locks(tmp_path) / "x.lock"
     first = _try(path)
     assert first is not None and _try(path) is None
     first.release()
@@ -112,8 +119,33 @@ def test_history_records_are_whole_files_and_latest_wins(tmp_path):
     assert [r.status for r in h.all()] == ["waiting", "failed"]
     assert h.latest("plate 1").error == "boom"
     assert h.requeue_failed() == ["plate 1"] and h.latest("plate 1").status == "queued"
+    assert (tmp_path / "state" / ".zarrmill-state").is_file()  # marks the folder as zarrmill's
     files = list((tmp_path / "state" / "history").rglob("*"))
     assert all(f.suffix == ".json" for f in files if f.is_file())
     for f in files:
         if f.is_file():
             json.loads(f.read_text())
+
+
+def test_bookkeeping_removal_refuses_what_is_not_zarrmills(tmp_path, monkeypatch):
+    """Ledger records, locks and run folders go through the output guard: outside a .zarrmill
+    folder or a marked folder nothing is removed."""
+    from zarrmill.errors import UnsafeOutputError
+    from zarrmill.io.guard import remove_bookkeeping
+
+    user = tmp_path / "my-data"
+    user.mkdir()
+    (user / "notes.lock").write_text("mine")
+    for target in (user / "notes.lock", user):
+        with pytest.raises(UnsafeOutputError, match="not in a folder zarrmill keeps"):
+            remove_bookkeeping(target)
+    assert (user / "notes.lock").read_text() == "mine"
+    state = tmp_path / "state"
+    History(state)
+    (state / "locks").mkdir()
+    (state / "locks" / "a.lock").write_text("{}")
+    remove_bookkeeping(state / "locks" / "a.lock")
+    assert not (state / "locks" / "a.lock").exists()
+    monkeypatch.chdir(state)
+    with pytest.raises(UnsafeOutputError, match="refusing to delete"):
+        remove_bookkeeping(state)  # the current folder, even though it is marked

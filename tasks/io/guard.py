@@ -35,6 +35,8 @@ MARKER_DIR = ".zarrmill"
 OWNER_FILE = "owner.json"
 CREATED_LOG = "created.log"
 LOCK_FILES = ("lock", "lock.takeover")  # the run lock lives beside the owner marker
+# files that mark a folder as zarrmill's own bookkeeping: a run folder, a scheduled run's state folder
+BOOKKEEPING_MARKERS = (".zarrmill-run", ".zarrmill-state")
 
 
 def real(path: str | os.PathLike[str]) -> Path:
@@ -93,6 +95,28 @@ def _never_delete(path: Path) -> None:
     for bad in _forbidden_roots():
         if is_within(bad, target):
             raise UnsafeOutputError(f"{path}: refusing to delete or empty it: it is or contains {bad}")
+
+
+def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
+    """Delete one of zarrmill's own bookkeeping files or folders: ledger records and locks inside a
+    ``.zarrmill`` folder, locks in a scheduled run's state folder, a run folder. Refused for
+    anything else, and for /, the current folder and home."""
+    path = Path(os.path.abspath(path))
+    _never_delete(path)
+    if not _is_bookkeeping(path):
+        raise UnsafeOutputError(f"{path}: not in a folder zarrmill keeps for itself; it is never deleted")
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _is_bookkeeping(path: Path) -> bool:
+    """Inside a ``.zarrmill`` folder, or in (or two levels below) a folder carrying a marker."""
+    if any(p.name == MARKER_DIR for p in path.parents):
+        return True
+    return any((folder / marker).is_file() for folder in (path, path.parent, path.parent.parent)
+               for marker in BOOKKEEPING_MARKERS)
 
 
 def _listing(path: Path) -> list[str]:
@@ -204,10 +228,6 @@ class OutputGuard:
     def lock_path(self) -> Path:
         return self.root / MARKER_DIR / LOCK_FILES[0]
 
-    def path(self, *parts: str, what: str = "path") -> Path:
-        """A path inside the root, built from names or metadata: refused if it leaves the root."""
-        return inside(self.root, *parts, what=what)
-
     def contain(self, path: str | os.PathLike[str], what: str = "path") -> Path:
         """``path`` (absolute, or relative to the current folder) if it lies inside the root once
         normalised and resolved; '..' out of the root or a link out of it is refused."""
@@ -297,6 +317,7 @@ class OutputGuard:
     def rollback(self) -> None:
         """Remove what this run created (a failed plan): newest first, only what is still ours."""
         for path in reversed(self._made):
+            _never_delete(path)  # made by this run, so never one of these; checked all the same
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:

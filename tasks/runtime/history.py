@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 from ..io.atomic import atomic_write_json
 
+STATE_MARKER = ".zarrmill-state"  # one of the output guard's BOOKKEEPING_MARKERS
+
 
 @dataclass
 class Run:
@@ -40,6 +42,7 @@ class History:
     def __init__(self, state_dir: Path):
         self.dir = Path(state_dir) / "history"
         self.dir.mkdir(parents=True, exist_ok=True)
+        (Path(state_dir) / STATE_MARKER).touch()  # the state folder (locks, history) is zarrmill's
 
     # -- reading -----------------------------------------------------------------------------
     def _folder(self, dataset: str) -> Path:

@@ -11,13 +11,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..io.atomic import atomic_write_json, canonical_json, read_json
+from ..io.guard import remove_bookkeeping
 
 LEDGER_DIR = ".zarrmill"
 FLUSH_EVERY_S = 1.0
@@ -71,11 +71,12 @@ class Ledger:
         atomic_write_json(self.dir / "step.json", rec.to_json())
 
     def reset(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir.exists():
+            remove_bookkeeping(self.dir)
 
     def clear_done(self) -> None:
         """Forget which units are done (the step is redone over existing output)."""
-        (self.dir / "done.log").unlink(missing_ok=True)
+        remove_bookkeeping(self.dir / "done.log")
 
     # -- done units --------------------------------------------------------------------------
     def done_ids(self) -> set[str]:

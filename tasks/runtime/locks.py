@@ -7,7 +7,9 @@ lock whose holder is dead (same host, pid gone) or whose heartbeat is older than
 be taken over. Taking over is serialised by a second exclusive file, ``<lock>.takeover``: only its
 holder may judge the lock stale again, remove it and create its own, so two takers can never both
 win, and a fresh lock created meanwhile by a plain acquirer is never removed (it is not stale). A
-taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more."""
+taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more.
+Locks live in zarrmill's bookkeeping folders (an output's ``.zarrmill``, a state folder) and are
+removed only through the output guard's ``remove_bookkeeping``."""
 from __future__ import annotations
 
 import json
@@ -18,6 +20,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+from ..io.guard import remove_bookkeeping
 
 log = logging.getLogger("zarrmill.locks")
 UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock file is given before it counts as stale
@@ -86,17 +90,17 @@ class DatasetLock:
                 print(f"taking over stale lock {self.path.name} (holder {(info or {}).get('host')}:"
                       f"{(info or {}).get('pid')} is gone)", flush=True)
                 log.warning("taking over stale lock %s", self.path)
-                self.path.unlink(missing_ok=True)
+                remove_bookkeeping(self.path)
             if not self._create(self.path):
                 raise Locked(f"{self.path.name} was taken by another run")
         finally:
-            self.takeover_path.unlink(missing_ok=True)
+            remove_bookkeeping(self.takeover_path)
         self._start_heartbeat()
 
     def _clear_dead_takeover(self) -> None:
         try:
             if time.time() - self.takeover_path.stat().st_mtime > self.takeover_stale:
-                self.takeover_path.unlink(missing_ok=True)
+                remove_bookkeeping(self.takeover_path)
         except OSError:
             pass
 
@@ -114,7 +118,7 @@ class DatasetLock:
         self._stop.set()
         info = self.holder()
         if info and info.get("token") == self.token:
-            self.path.unlink(missing_ok=True)
+            remove_bookkeeping(self.path)
 
     def __enter__(self) -> "DatasetLock":
         self.acquire()

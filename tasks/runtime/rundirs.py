@@ -6,11 +6,12 @@ which SLURM workers need). ``executor.run_dir`` picks one folder for one workflo
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
-MARKER = ".zarrmill-run"
+from ..io.guard import remove_bookkeeping
+
+MARKER = ".zarrmill-run"  # one of the output guard's BOOKKEEPING_MARKERS
 
 
 def runs_root() -> Path:
@@ -33,7 +34,7 @@ def prune(older_than_days: float, root: Path | None = None) -> list[Path]:
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         marker = folder / MARKER
         if folder.is_dir() and not folder.is_symlink() and marker.is_file() and _newest(folder) < cutoff:
-            shutil.rmtree(folder)
+            remove_bookkeeping(folder)
             removed.append(folder)
     return removed
 
