@@ -163,3 +163,14 @@ def test_a_failing_unit_is_one_line_on_every_executor_with_the_traceback_in_the_
     log = Path(line.split("full log: ")[1])
     assert log == dst / ".zarrmill" / "steps" / "copy" / "errors.log"
     assert "Traceback" in log.read_text() and "decompression" in log.read_text()
+
+
+def test_fingerprints_hash_metadata_not_chunks(tmp_path):
+    """A rerun reads every small metadata file, never the chunks of a large input."""
+    from zarrmill.io.fingerprint import fingerprint
+
+    (tmp_path / "zarr.json").write_text("{}")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "0").write_bytes(b"\0" * 100)
+    fp = fingerprint([tmp_path])
+    assert len(fp[str(tmp_path / "zarr.json")]) == 3 and len(fp[str(tmp_path / "c" / "0")]) == 2

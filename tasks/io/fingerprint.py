@@ -1,8 +1,8 @@
 """Input fingerprints: what a step read, so a rerun notices inputs that changed since.
 
 Every file under each input (zarrmill's own ``.zarrmill`` folders left out) is recorded by size and
-modification time in nanoseconds, plus a SHA-256 of its content when it is small (metadata files:
-an mlf, a zarr.json, a CSV of points), which catches an edit within the file system's timestamp
+modification time in nanoseconds, plus a SHA-256 of its content when it is a small metadata file
+(an mlf, a zarr.json, a CSV of points), which catches an edit within the file system's timestamp
 resolution. Large pixel files are judged by size and mtime, as make and rsync do: a re-export
 rewrites them and so changes their mtime."""
 from __future__ import annotations
@@ -13,18 +13,27 @@ from pathlib import Path
 from typing import Iterable
 
 HASH_UP_TO = 64 * 1024
+# hashed: metadata (small, edited by hand or rewritten in place); not chunks and pixels, which a
+# large zarr input holds by the hundred thousand (reading them all would make every rerun slow)
+METADATA_SUFFIXES = {".json", ".zattrs", ".zarray", ".zgroup", ".mlf", ".mrf", ".mes", ".htd", ".csv",
+                     ".tsv", ".txt", ".xml", ".yaml", ".yml"}
 Fingerprint = dict[str, list]
 
 
 def _entry(path: str, st: os.stat_result) -> list:
     entry: list = [st.st_size, st.st_mtime_ns]
-    if st.st_size <= HASH_UP_TO:
+    if st.st_size <= HASH_UP_TO and _is_metadata(path):
         try:
             with open(path, "rb") as fh:
                 entry.append(hashlib.sha256(fh.read()).hexdigest()[:16])
         except OSError:
             entry.append(None)
     return entry
+
+
+def _is_metadata(path: str) -> bool:
+    name = os.path.basename(path).lower()
+    return os.path.splitext(name)[1] in METADATA_SUFFIXES or name in METADATA_SUFFIXES
 
 
 def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | os.PathLike[str]] = ()) -> Fingerprint:
