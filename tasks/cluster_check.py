@@ -21,6 +21,8 @@ class Params(TaskParams):
     output: str = Field(description="folder for the ledger and one small JSON per unit (where it ran)")
     units: int = Field(100, ge=1, le=10_000_000, description="number of units")
     busy_ms: float = Field(0.0, ge=0, description="CPU time each unit spins for")
+    hold_mb: float = Field(0.0, ge=0, le=1_000_000, description="memory each unit allocates and touches "
+                           "while it spins (checks the memory limit workers really get)")
     record: bool = Field(True, description="write where each unit ran (off: pure engine overhead)")
 
 
@@ -30,10 +32,13 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 
 def run_unit(p: Params, unit: Unit) -> int:
+    held = bytearray(int(p.hold_mb * 2**20))
+    held[::4096] = b"\1" * len(range(0, len(held), 4096))  # touch every page: RSS, not just address space
     end = time.perf_counter() + p.busy_ms / 1000
     x = 0
     while time.perf_counter() < end:
         x += 1
+    del held
     if p.record:
         where = {"host": socket.gethostname(), "pid": os.getpid(),
                  "slurm_job": os.environ.get("SLURM_JOB_ID")}

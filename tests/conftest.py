@@ -42,6 +42,20 @@ def _without_provenance(data: bytes) -> bytes:
     return json.dumps(doc, sort_keys=True).encode()  # always canonical, so both sides compare alike
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runs_dir(tmp_path_factory) -> Path:
+    """Run folders and crash logs of the suite stay in pytest's temporary folder, not the user's
+    ~/.local/state (a test that needs another place sets ZARRMILL_RUNS_DIR itself)."""
+    path = tmp_path_factory.mktemp("zarrmill-runs")
+    old = os.environ.get("ZARRMILL_RUNS_DIR")
+    os.environ["ZARRMILL_RUNS_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("ZARRMILL_RUNS_DIR", None)
+    else:
+        os.environ["ZARRMILL_RUNS_DIR"] = old
+
+
 @pytest.fixture
 def cli(capsys):
     """Run ``zarrmill ARGS`` in-process: returns (exit code, stdout, stderr)."""

@@ -1,5 +1,6 @@
 """The CLI as a user calls it."""
 import json
+from pathlib import Path
 
 import jsonschema
 import yaml
@@ -108,3 +109,33 @@ def test_run_folders_live_in_one_place_and_prune_removes_only_old_marked_ones(cl
     code, out, _ = cli("runs", "--prune", "--days", "7")
     assert code == 0 and "removed 1 run folders" in out
     assert not made[0].exists() and mine.exists()
+
+
+def test_a_local_worker_over_its_memory_limit_is_named_in_the_failure(cli, tmp_path):
+    """dask's nanny restarts a local worker that outgrows executor.memory_limit: the failure line
+    says the worker ran out of memory and which setting to raise, not only KilledWorker."""
+    import dask.config
+    import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
+
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 5000, "hold_mb": 600}}},
+        executor={"kind": "local", "workers": 1, "memory_limit": "300MB", "retries": 0})
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        code, _, err = cli("run", wf)
+    lines = err.strip().splitlines()
+    assert code == 1 and "Traceback" not in err, err
+    assert "ran out of memory" in lines[-1] and "raise executor.memory_limit" in lines[-1], lines[-1]
+    assert "KilledWorker: the worker running it died" in lines[-1], "not distributed's paragraph of advice"
+
+
+def test_an_unexpected_error_is_one_line_and_its_traceback_is_kept(cli, tmp_path, monkeypatch, runs_dir):
+    from zarrmill.runtime import commands
+
+    def broken(args):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(commands.COMMANDS, "tasks", broken)
+    code, out, err = cli("tasks")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    log = Path(err.split("traceback: ")[1].split(";")[0])
+    assert log.is_file() and log.is_relative_to(runs_dir) and "KeyError: 'boom'" in log.read_text()

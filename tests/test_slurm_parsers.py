@@ -169,3 +169,18 @@ def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
     monkeypatch.setattr(slurm, "run_slurm", lambda args, **kw: text)
     ended = slurm.ended_jobs({"zm-a"}, since=time.time() - 60)
     assert len(ended) == 1 and ended[0].startswith("worker job 2 OUT_OF_MEMORY (ran out of memory")
+
+
+def test_a_memory_kill_recorded_as_failed_is_named_out_of_memory(tmp_path):
+    """Without cgroups SLURM's OverMemoryKill ends a job FAILED; its log says why. The log path
+    scontrol shows is dask-jobqueue's pattern (%J)."""
+    from zarrmill.runtime.slurm import end_state, job_log_path
+
+    (tmp_path / "zm-a-77.err").write_text("worker started\nslurmstepd-vm: error: StepId=77.batch exceeded "
+                                         "memory limit (226902016 > 209715200), being killed\n")
+    (tmp_path / "zm-a-78.err").write_text("worker started\nKeyError: x\n")
+    job = {"JobId": "77", "JobName": "zm-a", "JobState": "FAILED", "StdErr": str(tmp_path / "%x-%J.err")}
+    assert job_log_path(job) == tmp_path / "zm-a-77.err"
+    assert end_state(job) == "OUT_OF_MEMORY"
+    assert end_state({**job, "JobId": "78"}) == "FAILED"
+    assert end_state({**job, "JobState": "COMPLETED"}) == "COMPLETED"

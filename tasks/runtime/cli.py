@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 import os
 
 from .. import __version__
@@ -111,12 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a bug or an unforeseen input: one line, traceback with --debug
         if args.debug:
             raise
-        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback, "
-              "and please report it)", file=sys.stderr)
+        log = _save_traceback(err)
+        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
+              "please report it)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _save_traceback(err: BaseException) -> str:
+    """A bug's traceback goes to a file under the runs folder, not the terminal; returns its path."""
+    import traceback
+
+    from .rundirs import runs_root
+
+    try:
+        folder = runs_root() / "crashes"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(f"zarrmill {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(err)))
+        return str(path)
+    except OSError:
+        return ""
 
 
 def _quiet_closed_stdout() -> None:

@@ -334,7 +334,11 @@ def _log_failure(opts: StepOptions, unit: Unit, exc: BaseException) -> None:
 def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
     if isinstance(exc, ZarrmillError):
         return str(exc)
-    return f"task {task.name}, unit {unit['id']} ({task.describe_unit(unit)}): {type(exc).__name__}: {exc}"
+    what = type(exc).__name__
+    # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
+    message = "the worker running it died" if what == "KilledWorker" else str(exc)
+    region = task.describe_unit(unit)
+    return f"task {task.name}, unit {unit['id']}{f' ({region})' if region else ''}: {what}: {message}"
 
 
 def _take(it: Iterator[Any], n: int) -> list[Any]:

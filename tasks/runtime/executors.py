@@ -88,15 +88,35 @@ class Executor:
         return cluster, Client(cluster, set_as_default=False)
 
     def explain_lost_workers(self) -> str:
-        """Why SLURM ended worker jobs of this run (memory, walltime, node), or ""."""
-        if self.spec.kind != "slurm" or not self.job_names:
-            return ""
-        deadline = time.monotonic() + 15  # dask can notice the lost worker before SLURM records why
+        """Why workers of this run died: dask restarted them over their memory limit, or SLURM
+        ended their jobs (memory, walltime, node); "" if nobody knows."""
+        # the scheduler can notice the lost worker before the nanny's event or SLURM's job state arrive
+        slurm = self.spec.kind == "slurm" and bool(self.job_names)
+        deadline = time.monotonic() + (15 if slurm else 3)
         while True:
-            ended = ended_jobs(self.job_names, since=self.started)
-            if ended or time.monotonic() > deadline:
-                return "; ".join(ended)
-            time.sleep(1.0)
+            why = self._memory_restarts() or ("; ".join(ended_jobs(self.job_names, since=self.started))
+                                              if slurm else "")
+            if why or time.monotonic() > deadline:
+                return why
+            time.sleep(0.5)
+
+    def _memory_restarts(self) -> str:
+        """The nanny's "worker-restart-memory" events: a worker grew past 95 % of its memory limit
+        and was restarted (distributed records them on the scheduler)."""
+        with self._lock:
+            pools = list(self._pools.values())
+        for _, client in pools:
+            try:
+                events = client.get_events("worker-restart-memory")
+            except Exception:  # the scheduler may be gone already; then there is nothing to add
+                continue
+            if events:
+                rss = max(int(e.get("rss", 0)) for _, e in events)
+                setting = ("executor.slurm.memory (or a step's resources.memory)" if self.spec.kind == "slurm"
+                           else "executor.memory_limit, or use fewer executor.workers")
+                return (f"{len(events)} worker(s) ran out of memory ({rss / 2**30:.1f} GiB used) and were "
+                        f"restarted by dask: raise {setting}, or make units smaller")
+        return ""
 
     def dashboard_links(self) -> list[str]:
         return [c.dashboard_link for _, c in self._pools.values() if c is not None]

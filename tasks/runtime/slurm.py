@@ -126,6 +126,27 @@ def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
     return [parse_scontrol_job(line) for line in text.splitlines() if line.strip().startswith("JobId=")]
 
 
+# What slurmstepd writes into a job's log when it kills it for memory: polling (jobacct_gather's
+# OverMemoryKill, the job then ends FAILED) or the cgroup OOM killer (sometimes not OUT_OF_MEMORY).
+_MEMORY_KILL = re.compile(r"exceeded (job )?memory limit|oom[-_ ]kill", re.IGNORECASE)
+
+
+def end_state(job: dict[str, str]) -> str:
+    """The job's state, OUT_OF_MEMORY also where SLURM recorded a memory kill as FAILED/CANCELLED."""
+    state = job.get("JobState", "")
+    if state in ("FAILED", "CANCELLED"):
+        for key in ("StdErr", "StdOut"):
+            if job.get(key) and _MEMORY_KILL.search(tail_file(job_log_path(job, key), lines=50)):
+                return "OUT_OF_MEMORY"
+    return state
+
+
+def job_log_path(job: dict[str, str], key: str = "StdErr") -> Path:
+    """scontrol shows the --output/--error pattern as given (dask-jobqueue: ``name-%J.err``)."""
+    names = {"j": job.get("JobId", ""), "J": job.get("JobId", ""), "x": job.get("JobName", ""), "%": "%"}
+    return Path(re.sub(r"%([jJx%])", lambda m: names[m.group(1)], job.get(key, "")))
+
+
 def ended_jobs(job_names: set[str], since: float = 0.0) -> list[str]:
     """Worker jobs of these names, submitted since ``since`` (epoch seconds), that SLURM ended for
     a reason (out of memory, walltime, node failure)."""
@@ -133,9 +154,9 @@ def ended_jobs(job_names: set[str], since: float = 0.0) -> list[str]:
         jobs = parse_scontrol_jobs(run_slurm(["scontrol", "show", "job", "-o"]))
     except SlurmCommandError:
         return []
-    return [f"worker job {j.get('JobId')} {j.get('JobState')} ({END_REASONS[j.get('JobState', '')]})"
-            for j in jobs if j.get("JobName") in job_names and j.get("JobState") in END_REASONS
-            and _submitted(j) >= since]
+    ended = [(j, end_state(j)) for j in jobs if j.get("JobName") in job_names and _submitted(j) >= since]
+    return [f"worker job {j.get('JobId')} {state} ({END_REASONS[state]})" for j, state in ended
+            if state in END_REASONS]
 
 
 def _submitted(job: dict[str, str]) -> float:

@@ -267,6 +267,7 @@ def test_a_worker_killed_at_its_walltime_is_named_in_the_failure(cli, slurm, tmp
     """SLURM ends the worker job at its walltime while a unit runs: the failure line says so and
     what to raise, instead of a bare KilledWorker."""
     import dask.config
+    import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
 
     executor = slurm_executor(slurm, tmp_path, jobs=1, walltime="00:01:00")
     executor["retries"] = 0
@@ -277,3 +278,25 @@ def test_a_worker_killed_at_its_walltime_is_named_in_the_failure(cli, slurm, tmp
     line = err.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in err, err
     assert "TIMEOUT" in line and "raise executor.slurm.walltime" in line, line
+
+
+@pytest.mark.parametrize("who", ["slurm", "dask"])
+def test_a_worker_over_its_memory_is_named_in_the_failure(cli, slurm, tmp_path, who):
+    """A unit grows past the worker job's --mem: SLURM kills the job (dask's own memory guard off)
+    or dask's nanny restarts the worker first; either way the failure line says "out of memory" and
+    which setting to raise, instead of a bare KilledWorker."""
+    import dask.config
+    import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
+
+    prologue = ["export DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False"] if who == "slurm" else []
+    executor = slurm_executor(slurm, tmp_path, jobs=1, memory="600MB", job_script_prologue=prologue)
+    executor["retries"] = 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 20000, "hold_mb": 1200}}},
+        executor=executor, name=f"oom-{who}")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    expected = "OUT_OF_MEMORY" if who == "slurm" else "restarted by dask"
+    assert expected in line and "raise executor.slurm.memory" in line, line
