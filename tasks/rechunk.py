@@ -1,8 +1,8 @@
 """Copy a zarr array or a whole OME-Zarr image (every pyramid level) into new chunks, shards or codec.
 
 One unit per group of whole output shards (or chunks), so no two units write the same shard. The
-image metadata (multiscales, omero, translations) is copied in ``finish``, after every array is
-complete: an interrupted rechunk is never a valid-looking image."""
+image metadata (multiscales, omero, translations), ``tables/`` and ``labels/`` are copied in
+``finish``, after every array is complete: an interrupted rechunk is never a valid-looking image."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +24,7 @@ from .io.arrays import (
     region_slices,
 )
 from .io.chunk_io import write_region
+from .io.subtrees import carry_subtrees
 from .io.ngff import (
     NGFF_FORMATS,
     ImageMeta,
@@ -62,7 +63,7 @@ class Params(TaskParams):
 def _sources(p: Params) -> tuple[ImageMeta | None, list[str]]:
     """(image metadata or None for a plain array, array paths relative to input)."""
     attrs, _ = read_attrs(Path(p.input))  # raises a clear error if missing / not zarr
-    if "multiscales" in attrs:
+    if "multiscales" in attrs or "bioformats2raw.layout" in attrs:  # the latter: read_image names its images
         meta = read_image(Path(p.input))
         return meta, [lv.path for lv in meta.levels]
     if (Path(p.input) / "zarr.json").exists() or (Path(p.input) / ".zarray").exists():
@@ -123,6 +124,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     version = p.ngff_version or meta.version
     extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
     ms = meta.attrs["multiscales"][0]
+    carry_subtrees(Path(p.input), Path(p.output), NGFF_FORMATS[version])  # before the image is listed
     write_image_metadata(Path(p.output), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
 
 

@@ -3,27 +3,30 @@ placed by its physical coordinates, plus an optional low-resolution plate overvi
 
 Per well, a new image (``image_name``, default ``well``) holds every FOV at its position (any
 layout: 1x4, 2x2, 9x8, irregular; gaps are zero; overlaps follow ``overlap``, see
-tasks/io/placement.py), for every channel, z and time point, with a FOV table (Fractal ROI-table
-columns, ngio's CSV table backend) to find each FOV again. Level 0 chunks divide the FOV size and,
+tasks/io/placement.py), for every channel, z and time point, with FOV and well ROI tables (AnnData,
+as Fractal and ngio write them) to find each FOV again. Level 0 chunks divide the FOV size and,
 on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
 ``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
 files instead of one per FOV. One unit per output shard; no two units write the same shard.
 All well images of a plate get the same canvas size (the largest, zero-padded at the far edges),
 so plate viewers (ome-zarr-py, napari) can tile them.
 
-Into the same plate (``output`` unset: each well's metadata gains the new image, written last) or
-a new plate (``output``: plate and well metadata copied, one image per well). The overview
+Always into a new plate (``output``, default ``<input>-wells.ome.zarr`` beside the input): plate
+metadata copied, each well listing exactly one image, the well image (Fractal's convention), whose
+FOV table points back to the source FOVs. A well listing its FOVs and a larger well image side by
+side is refused: ome-zarr-py, ``ome_zarr info`` and napari cannot open it. The overview
 (``overview: true``) is an image ``overview`` in the plate: each well at its plate position at
 about ``overview_size`` pixels, its own small pyramid, and ``zarrmill.overview`` attributes
 mapping each well path to its box."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import zarr
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from . import pyramid
 from .errors import InputError
@@ -37,7 +40,7 @@ from .io.arrays import (
     open_input_array,
 )
 from .io.chunk_io import write_region
-from .io.fov_table import table_rows, write_fov_table
+from .io.fov_table import table_rows, well_row, write_roi_tables
 from .io.hcs import split_side
 from .io.layout import level_shards
 from .io.ngff import (
@@ -62,7 +65,8 @@ OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
 class Params(TaskParams):
     input: str = Field(description="HCS plate whose wells hold several FOV images")
-    output: str | None = Field(None, description="new plate to write (default: add an image to each well of input)")
+    output: str | None = Field(None, description="new plate to write (default: next to input, named "
+                               "<input>-wells.ome.zarr); each well lists one image, the well image")
     image_name: str = Field("well", description="name of the well image (letters and digits)")
     overlap: Policy = Field("first", description="overlapping pixels: first, last, mean, or shift FOVs apart")
     level: int = Field(0, ge=0, description="FOV pyramid level to reshard")
@@ -81,18 +85,33 @@ class Params(TaskParams):
             raise ValueError("image_name must be letters and digits only (NGFF well image paths)")
         return v
 
-    def ledger_root(self) -> Path:
-        return Path(self.output or self.input)
+    @model_validator(mode="after")
+    def _new_plate(self) -> "Params":
+        # A well listing its FOVs and a larger well image is a plate that ome-zarr-py's Reader,
+        # `ome_zarr info` and napari cannot open (they tile same-shaped images), so no in-place mode.
+        if Path(os.path.abspath(self.output_path())) == Path(os.path.abspath(self.input)):
+            raise ValueError("output must be a new plate, not the input plate (readers cannot open a well "
+                             "whose images differ in shape); leave output unset for <input>-wells.ome.zarr")
+        return self
 
-    def writes_in_place(self) -> bool:
-        return self.output is None
+    def ledger_root(self) -> Path:
+        return self.output_path()
 
     def output_path(self) -> Path:
-        return Path(self.output or self.input)
+        return Path(self.output) if self.output else default_output(Path(self.input))
 
     def pyramid_params(self) -> pyramid.Params:
         return pyramid.Params(input=str(self.output_path()), method="mean", z_factor="auto",
                               min_size=self.min_size, shard_mb=self.shard_mb, codec=self.codec)
+
+
+def default_output(plate: Path) -> Path:
+    """``plate.ome.zarr`` -> ``plate-wells.ome.zarr`` beside it (``p.zarr`` -> ``p-wells.zarr``)."""
+    name = plate.name
+    for suffix in (".ome.zarr", ".zarr", ""):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return plate.with_name(f"{name[:len(name) - len(suffix)]}-wells{suffix or '.ome.zarr'}")
+    return plate.with_name("wells.ome.zarr")
 
 
 # -- reading the wells (driver) ---------------------------------------------------------------------
@@ -256,7 +275,6 @@ def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
 
 def finish(p: Params, ctx: PlanContext) -> None:
     plate, wells, version = read_wells(p)
-    zf = NGFF_FORMATS[version]
     pp = p.pyramid_params()
     for well in wells:
         image = p.output_path() / well.path / p.image_name
@@ -265,7 +283,8 @@ def finish(p: Params, ctx: PlanContext) -> None:
         write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
                              name=f"{well.path} {p.image_name}", extra=extra)
         axes = "".join(a for a in meta.axis_names if a in "zyx")
-        write_fov_table(image, table_rows(well.fovs, well.scale, well.origin, axes), zf, str(Path(p.input).resolve()))
+        write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
+                         well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(Path(p.input).resolve()))
     if p.overview:
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version)
@@ -277,18 +296,12 @@ def _write_wells(p: Params, plate: dict, wells: list[Well], version: str) -> Non
 
     out, fmt, zf = p.output_path(), ome_format(version), NGFF_FORMATS[version]
     for well in wells:
-        if p.output:
-            images = [{"path": p.image_name, "acquisition": 0}]
-        else:
-            attrs, _ = read_attrs(out / well.path)
-            images = [im for im in attrs["well"]["images"] if im["path"] != p.image_name]
-            images.append({"path": p.image_name, "acquisition": images[0].get("acquisition", 0)})
+        images = [{"path": p.image_name, "acquisition": 0}]
         write_well_metadata(zarr.open_group(str(out / well.path), mode="a", zarr_format=zf), images, fmt=fmt)
-    if p.output:
-        write_plate_metadata(zarr.open_group(str(out), mode="a", zarr_format=zf),
-                             [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
-                             [w["path"] for w in plate["wells"]], fmt=fmt, name=plate.get("name"),
-                             field_count=1, acquisitions=plate.get("acquisitions") or [{"id": 0}])
+    write_plate_metadata(zarr.open_group(str(out), mode="a", zarr_format=zf),
+                         [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
+                         [w["path"] for w in plate["wells"]], fmt=fmt, name=plate.get("name"),
+                         field_count=1, acquisitions=plate.get("acquisitions") or [{"id": 0}])
 
 
 # -- plate overview -----------------------------------------------------------------------------------

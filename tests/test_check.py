@@ -83,3 +83,30 @@ def test_check_reports_unfinished_step(cli, tmp_path):
 def test_check_on_non_store(cli, tmp_path):
     code, out, _ = cli("check", tmp_path)
     assert code == 1 and "not a zarr group" in out
+
+
+def test_check_fails_where_the_plate_reader_fails_on_wells_of_different_widths(cli, tmp_path):
+    """Every image passes the schemas, but ome-zarr-py's plate reader tiles each well's first image
+    by row and column: wells one above the other must have one width. check opens the plate the
+    same way and fails where the reader fails."""
+    import numpy as np
+    import tifffile
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    tifffile.imwrite(raw / "A01_s1.tif", np.ones((20, 40), np.uint16))
+    tifffile.imwrite(raw / "B01_s1.tif", np.ones((20, 40), np.uint16))
+    plate = tmp_path / "p.zarr"
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={plate}",
+                       "--set", "pattern={well}_s{field}.tif")
+    assert code == 0, err
+    assert check_store(plate)[0] == []
+    narrow = plate / "B" / "01" / "0" / "0"  # as another tool might write it: B01 is 30 pixels wide
+    arr = zarr.open_array(str(narrow))
+    zarr.create_array(str(narrow), shape=arr.shape[:-1] + (30,), dtype=arr.dtype, overwrite=True, zarr_format=3)
+    with pytest.raises(ValueError):
+        list(Reader(parse_url(str(plate)))())[0].data[0].compute()
+    code, out, _ = cli("check", plate)
+    assert code == 1 and "ome-zarr-py's Reader" in out and str(plate) in out, out

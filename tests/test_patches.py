@@ -205,6 +205,11 @@ def test_patch_dataset_pickles_for_dataloader_workers(cli, tmp_path):
     assert extract(cli, tmp_path, image, "mode=grid", "tile=[8,16,16]")[0] == 0
     ds = PatchDataset(tmp_path / "patches.zarr")
     first = ds[0]
+    # float32 by default (what torch trains on), contiguous, writable, equal to the stored patch
+    assert first.dtype == np.float32 and first.flags.c_contiguous and first.flags.writeable
+    raw = PatchDataset(tmp_path / "patches.zarr", dtype=None)[0]
+    assert raw.dtype == np.uint16 and np.array_equal(raw.astype(np.float32), first)
+    np.testing.assert_array_equal(raw, zarr.open_array(str(tmp_path / "patches.zarr" / "patches"))[0])
     clone = pickle.loads(pickle.dumps(ds))
     np.testing.assert_array_equal(clone[0], first)
     with mp.get_context("spawn").Pool(2) as pool:

@@ -39,6 +39,14 @@ def pattern_plate(cli, tmp_path: Path, fields: dict, pixel=(0.5, 0.25), name="p.
     return plate
 
 
+def reshard(cli, plate: Path, *sets: str) -> Path:
+    """reshard with its default output: a new plate beside the input."""
+    run(cli, "reshard", f"input={plate}", *sets)
+    out = plate.with_name(plate.name.replace(".zarr", "-wells.zarr"))
+    assert out.is_dir()
+    return out
+
+
 def well_image(plate: Path, well: str, name: str = "well") -> np.ndarray:
     return np.asarray(zarr.open_array(str(plate / well / name / "0"))[:])
 
@@ -48,8 +56,9 @@ def test_regular_grid_is_pixel_exact_and_inverse_view(cli, tmp_path):
     run(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[2,3]", "shape=[60,80]", "z_planes=2")
     plate = tmp_path / "p.zarr"
     run(cli, "ingest", f"input={raw}", f"output={plate}")
-    run(cli, "reshard", f"input={plate}")
-    img = plate / "B" / "03" / "well"
+    before = {f: f.read_bytes() for f in plate.rglob("*") if f.is_file() and ".zarrmill" not in f.parts}
+    wells = reshard(cli, plate)
+    img = wells / "B" / "03" / "well"
     assert zarr.open_array(str(img / "0")).shape == (2, 2, 120, 240)
     rows = read_fov_table(img)
     assert len(rows) == 6
@@ -59,13 +68,25 @@ def test_regular_grid_is_pixel_exact_and_inverse_view(cli, tmp_path):
     # level-0 chunks (or shards, where a FOV holds several chunks) are FOV-sized and aligned with the FOV grid
     meta = json.loads((img / "0" / "zarr.json").read_text())
     assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [1, 1, 60, 80]
-    validate_store(plate)
-    # in place, the well lists its FOVs and the larger well image: plate readers cannot tile that,
-    # and check says so (a new plate, reshard's output, is what readers open)
-    problems = check_store(plate)[0]
-    assert len(problems) == 1 and "differ in shape" in problems[0], problems
-    well = json.loads((plate / "B" / "03" / "zarr.json").read_text())["attributes"]["ome"]["well"]
-    assert [im["path"] for im in well["images"]] == ["0", "1", "2", "3", "4", "5", "well"]
+    validate_store(wells)
+    assert check_store(wells)[0] == []
+    # each well lists one image, the well image (Fractal's layout, which plate readers tile)
+    well = json.loads((wells / "B" / "03" / "zarr.json").read_text())["attributes"]["ome"]["well"]
+    assert [im["path"] for im in well["images"]] == ["well"]
+    after = {f: f.read_bytes() for f in plate.rglob("*") if f.is_file() and ".zarrmill" not in f.parts}
+    assert after == before, "the source plate is only read"
+
+
+def test_reshard_refuses_to_write_into_its_input_plate(cli, tmp_path):
+    raw = tmp_path / "raw"
+    run(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[1,2]", "shape=[20,30]")
+    plate = tmp_path / "p.zarr"
+    run(cli, "ingest", f"input={raw}", f"output={plate}")
+    before = sorted(str(f) for f in tmp_path.rglob("*"))
+    code, _, err = cli("task", "reshard", "--executor", "sync", "--set", f"input={plate}",
+                       "--set", f"output={plate}/.")
+    assert code == 2 and "output must be a new plate" in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(str(f) for f in tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("policy,expected", [("first", 10), ("last", 30), ("mean", 20)])
@@ -74,8 +95,7 @@ def test_overlap_policies(cli, tmp_path, policy, expected):
     b = np.full((20, 40), 30, np.uint16)
     # x pixel 0.25 um: FOV 2 starts at 7.5 um = pixel 30, overlapping FOV 1 by 10 pixels
     plate = pattern_plate(cli, tmp_path, {("A01", 1): (a, 0.0, 0.0), ("A01", 2): (b, 7.5, 0.0)})
-    run(cli, "reshard", f"input={plate}", f"overlap={policy}")
-    img = well_image(plate, "A/01")[0, 0]
+    img = well_image(reshard(cli, plate, f"overlap={policy}"), "A/01")[0, 0]
     assert img.shape == (20, 70)
     assert (img[:, :30] == 10).all() and (img[:, 40:] == 30).all()
     assert (img[:, 30:40] == expected).all()
@@ -85,11 +105,11 @@ def test_shift_moves_fovs_apart_and_records_both_positions(cli, tmp_path):
     a = np.full((20, 40), 10, np.uint16)
     b = np.full((20, 40), 30, np.uint16)
     plate = pattern_plate(cli, tmp_path, {("A01", 1): (a, 0.0, 0.0), ("A01", 2): (b, 7.5, 0.0)})
-    run(cli, "reshard", f"input={plate}", "overlap=shift")
-    img = well_image(plate, "A/01")[0, 0]
+    wells = reshard(cli, plate, "overlap=shift")
+    img = well_image(wells, "A/01")[0, 0]
     assert img.shape == (20, 80)
     assert (img[:, :40] == 10).all() and (img[:, 40:] == 30).all()
-    rows = {r["FieldIndex"]: r for r in read_fov_table(plate / "A" / "01" / "well")}
+    rows = {r["FieldIndex"]: r for r in read_fov_table(wells / "A" / "01" / "well")}
     assert rows["FOV_2"]["x_micrometer"] == 10.0 and rows["FOV_2"]["x_micrometer_original"] == 7.5
     assert rows["FOV_2"]["x_pixel"] == 40 and rows["FOV_2"]["x_pixel_original"] == 30
 
@@ -101,8 +121,8 @@ def test_real_overlapping_rois_match_fractals_corrected_positions(cli, tmp_path)
                                    "metadata_files/MeasurementDetail.mrf")
     plate = tmp_path / "p.zarr"
     run(cli, "ingest", f"input={folder}", f"output={plate}")
-    run(cli, "reshard", f"input={plate}", "overlap=shift")
-    rows = {int(r["FieldIndex"].split("_")[1]): r for r in read_fov_table(plate / "B" / "03" / "well")}
+    wells = reshard(cli, plate, "overlap=shift")
+    rows = {int(r["FieldIndex"].split("_")[1]): r for r in read_fov_table(wells / "B" / "03" / "well")}
     with open(CV / "metadata_files" / "overlapping_ROIs" / "corrected_site_metadata.csv") as fh:
         expected = {int(r["FieldIndex"]): r for r in csv.DictReader(fh)}
     x0 = float(expected[1]["x_micrometer"])
@@ -110,7 +130,7 @@ def test_real_overlapping_rois_match_fractals_corrected_positions(cli, tmp_path)
         assert rows[f]["x_micrometer"] == pytest.approx(float(expected[f]["x_micrometer"]) - x0, abs=1e-6)
         assert rows[f]["x_micrometer_original"] == pytest.approx(
             float(expected[f]["x_micrometer_original"]) - x0, abs=1e-6)
-    np.testing.assert_array_equal(read_fov(plate / "B" / "03" / "well", "FOV_2")[0, 0],
+    np.testing.assert_array_equal(read_fov(wells / "B" / "03" / "well", "FOV_2")[0, 0],
                                   read_plane(folder / "myplate_B03_T0002F002L01A01Z01C01.tif"))
 
 
@@ -122,9 +142,9 @@ def test_layouts_follow_translations_with_anisotropic_pixels(cli, tmp_path):
     irregular = {("A02", i + 1): (t, x, y) for i, (t, (x, y)) in
                  enumerate(zip(tiles, [(0.0, 0.0), (7.0, 1.0), (0.5, 9.0), (20.0, 30.0)]))}
     plate = pattern_plate(cli, tmp_path, {**row, **irregular})
-    run(cli, "reshard", f"input={plate}")
-    strip = well_image(plate, "A/01")[0, 0]
-    scattered = well_image(plate, "A/02")[0, 0]
+    wells = reshard(cli, plate)
+    strip = well_image(wells, "A/01")[0, 0]
+    scattered = well_image(wells, "A/02")[0, 0]
     # the larger well sets the plate's common canvas; the strip is zero-padded beyond its FOVs
     assert strip.shape == scattered.shape == (60 + 16, 80 + 24)
     np.testing.assert_array_equal(strip[:16, :96], np.concatenate(tiles, axis=1))
@@ -132,7 +152,7 @@ def test_layouts_follow_translations_with_anisotropic_pixels(cli, tmp_path):
     # 1 um = 2 pixels in y, 4 pixels in x
     for t, (y, x) in zip(tiles, [(0, 0), (2, 28), (18, 2), (60, 80)]):
         np.testing.assert_array_equal(scattered[y:y + 16, x:x + 24], t)
-    meta = json.loads((plate / "A" / "02" / "well" / "zarr.json").read_text())["attributes"]["ome"]
+    meta = json.loads((wells / "A" / "02" / "well" / "zarr.json").read_text())["attributes"]["ome"]
     cts = meta["multiscales"][0]["datasets"][0]["coordinateTransformations"]
     assert cts[0]["scale"][-2:] == [0.5, 0.25]
 

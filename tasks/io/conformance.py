@@ -1,7 +1,8 @@
 """``zarrmill check``: validate a store against the official OME-NGFF schemas (0.4 or 0.5, as each
 group declares) and check what the schemas cannot express: referenced arrays exist, dimensions
 match axes, one dtype across levels, level shapes follow the scale factors, well paths match the
-plate's rows/columns, shards are whole multiples of chunks. (Unfinished zarrmill steps are the
+plate's rows/columns, shards are whole multiples of chunks; then that ome-zarr-py's Reader opens the
+store and each well (tasks/io/reader_check.py). (Unfinished zarrmill steps are the
 runtime's part of ``zarrmill check``.)"""
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any, Iterator
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+
+from .reader_check import reader_problems
 
 SCHEMA_DIR = Path(__file__).with_name("ngff_schemas")
 KINDS = (("multiscales", "image"), ("plate", "plate"), ("well", "well"), ("image-label", "label"),
@@ -136,6 +139,9 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
             problems += well_shape_problems(path, ngff["well"])
     if checked == 0:
         problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
+    if not problems:  # valid by the schemas: does it also open in the readers users have?
+        _, ngff = ngff_version(*_node(root)[1:])
+        problems += reader_problems(root, [w.get("path", "") for w in ngff.get("plate", {}).get("wells", [])])
     return problems, checked
 
 

@@ -1,30 +1,32 @@
-"""FOV tables: one row per field of view of a well image, in the Fractal ROI-table convention
-stored with ngio's CSV table backend, so ngio (and any CSV reader) reads them without zarrmill:
+"""ROI tables of a well image, as Fractal's converters and ngio write them (AnnData on zarr, the
+image's own zarr format), so Fractal tasks, ngio and anndata read them without zarrmill:
 
-    <image>/tables/                 attrs {"tables": ["FOV_ROI_table"]}
-    <image>/tables/FOV_ROI_table/   attrs {"type": "roi_table", "backend": "csv",
-                                           "index_key": "FieldIndex", "index_type": "str",
-                                           "table_version": "1"}
-    <image>/tables/FOV_ROI_table/table.csv
+    <image>/tables/                   attrs {"tables": ["FOV_ROI_table", "well_ROI_table"]}
+    <image>/tables/FOV_ROI_table/     AnnData: obs index = FOV name (FieldIndex), X = the
+                                      micrometer columns, obs = pixel columns and source_path;
+                                      attrs {"type": "roi_table", "fractal_table_version": "1",
+                                      "table_version": "1", "backend": "anndata", ...}
+    <image>/tables/well_ROI_table/    one row "well_1": the whole well image
 
-Columns: FieldIndex, x/y/z_micrometer (placed position, relative to the image origin),
-len_x/y/z_micrometer, x/y/z_micrometer_original (position before ``shift``), plus zarrmill's
+FOV columns: x/y/z_micrometer (placed position, relative to the image origin), len_x/y/z_micrometer,
+x/y/z_micrometer_original (position before ``shift``) in X (float64: stage positions stay exact);
 x/y/z_pixel, x/y/z_pixel_original, len_x/y/z_pixel (level 0) and source_path (the FOV image in the
-source plate)."""
+source plate) in obs."""
 from __future__ import annotations
 
-import csv
-import io
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
-from .atomic import atomic_write_bytes
 from .placement import Fov
 
 TABLE = "FOV_ROI_table"
+WELL_TABLE = "well_ROI_table"
+ROI_ATTRS = {"type": "roi_table", "fractal_table_version": "1", "table_version": "1", "backend": "anndata",
+             "index_key": "FieldIndex", "index_type": "str"}
 AXES = ("z", "y", "x")
 
 
@@ -49,22 +51,63 @@ def table_rows(fovs: list[Fov], scale: tuple[float, ...], origin: tuple[float, .
     return rows
 
 
-def write_fov_table(image: Path, rows: list[dict[str, Any]], zarr_format: int, source: str) -> None:
-    tables = zarr.open_group(str(image / "tables"), mode="a", zarr_format=zarr_format)
-    tables.attrs["tables"] = sorted(set(tables.attrs.get("tables", [])) | {TABLE})
-    group = zarr.open_group(str(image / "tables" / TABLE), mode="a", zarr_format=zarr_format)
-    group.attrs.update({"type": "roi_table", "backend": "csv", "index_key": "FieldIndex",
-                        "index_type": "str", "table_version": "1", "zarrmill_source_plate": source})
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), quoting=csv.QUOTE_NONNUMERIC)
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(image / "tables" / TABLE / "table.csv", buf.getvalue().encode())
+def well_row(shape: tuple[int, ...], scale: tuple[float, ...], axes: str) -> dict[str, Any]:
+    """The well ROI: the whole well image (``shape``/``scale`` of its spatial axes, level 0)."""
+    row: dict[str, Any] = {"FieldIndex": "well_1"}
+    for ax in AXES:
+        k = axes.find(ax)
+        row[f"{ax}_micrometer"] = 0.0
+        row[f"len_{ax}_micrometer"] = round(shape[k] * scale[k], 6) if k >= 0 else 1.0
+    return row
+
+
+def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str, Any], source: str) -> None:
+    """Both tables, replacing earlier versions (a rerun writes the same content)."""
+    group = zarr.open_group(str(image), mode="a")
+    tables = group.require_group("tables")
+    for name, rows in ((TABLE, fov_rows), (WELL_TABLE, [well])):
+        if name in tables:
+            del tables[name]
+        with warnings.catch_warnings():  # anndata's notices about future zarr defaults
+            warnings.simplefilter("ignore")
+            _write_elem(tables, name, _anndata(rows))
+        tables[name].attrs.update({**ROI_ATTRS, "zarrmill_source_plate": source})
+    tables.attrs["tables"] = sorted(set(tables.attrs.get("tables", [])) | {TABLE, WELL_TABLE})
+
+
+def _anndata(rows: list[dict[str, Any]]) -> Any:
+    import anndata as ad
+    import pandas as pd
+
+    frame = pd.DataFrame(rows).set_index("FieldIndex")
+    frame.index = frame.index.astype(str)
+    floats = [c for c in frame.columns if frame[c].dtype.kind == "f"]
+    obs = frame[[c for c in frame.columns if c not in floats]]
+    return ad.AnnData(X=frame[floats].to_numpy(np.float64), obs=obs, var=pd.DataFrame(index=floats))
+
+
+def _write_elem(group: zarr.Group, name: str, table: Any) -> None:
+    from anndata.io import write_elem
+
+    write_elem(group, name, table)
+
+
+def read_roi_table(image: Path, name: str = TABLE) -> list[dict[str, Any]]:
+    """Rows as dicts (FieldIndex, every column), read with anndata from the image's tables."""
+    from anndata.io import read_elem
+
+    table = read_elem(zarr.open_group(str(Path(image) / "tables" / name), mode="r"))
+    rows = []
+    for i, index in enumerate(table.obs_names):
+        row: dict[str, Any] = {"FieldIndex": str(index)}
+        row.update({c: float(v) for c, v in zip(table.var_names, np.asarray(table.X)[i])})
+        row.update({c: (v.item() if hasattr(v, "item") else v) for c, v in table.obs.iloc[i].items()})
+        rows.append(row)
+    return rows
 
 
 def read_fov_table(image: Path) -> list[dict[str, Any]]:
-    with open(Path(image) / "tables" / TABLE / "table.csv", newline="") as fh:
-        return list(csv.DictReader(fh, quoting=csv.QUOTE_NONNUMERIC))
+    return read_roi_table(image, TABLE)
 
 
 def read_fov(image: Path, name: str, level: str = "0") -> np.ndarray:

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator
 
 from ..errors import InputError, InputNotFoundError
 from .atomic import read_json
+from .foreign import clean_omero
 from .guard import inside
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
@@ -92,7 +93,16 @@ def check_dimensions(meta: ImageMeta, level: Level, shape: tuple[int, ...]) -> N
 
 def read_image(path: Path) -> ImageMeta:
     attrs, zarr_format = read_attrs(path)
+    if "omero" in attrs:  # other tools' omero (string windows, ...) is made schema-valid on read
+        omero = clean_omero(attrs["omero"], path)
+        attrs = {k: v for k, v in attrs.items() if k != "omero"}
+        if omero is not None:
+            attrs["omero"] = omero
     multiscales = attrs.get("multiscales")
+    if not multiscales and "bioformats2raw.layout" in attrs:
+        series = sorted((c.name for c in Path(path).iterdir() if c.name.isdigit()), key=int) if Path(path).is_dir() else []
+        raise InputError(f"{path}: a bioformats2raw container, not one image; give one of its images, e.g. "
+                         f"{Path(path) / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
     if not multiscales:
         raise InputError(f"{path}: not an OME-Zarr image (no multiscales metadata)")
     ms = multiscales[0]

@@ -1,6 +1,9 @@
 """``PatchDataset``: read a patch store (tasks/patches.py) as a map-style dataset. Each item is
 one patch as numpy (C, Z, Y, X) costing about one chunk decode. Safe in torch DataLoader worker
-processes without torch being a dependency: the zarr handle is opened lazily in each process."""
+processes without torch being a dependency: the zarr handle is opened lazily in each process.
+Items are float32 by default (``dtype``), contiguous and writable: torch has no uint16 tensors for
+most operations, and ``torch.from_numpy``/``pin_memory`` want writable, contiguous arrays;
+``dtype=None`` keeps the stored type."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +16,9 @@ from .chunk_io import read_chunk
 
 
 class PatchDataset:
-    def __init__(self, store: str | Path, include_dropped: bool = False):
+    def __init__(self, store: str | Path, include_dropped: bool = False, dtype: Any = "float32"):
         self.store = Path(store)
+        self.dtype = np.dtype(dtype) if dtype is not None else None
         meta = zarr.open_group(str(self.store), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})
         if not meta.get("complete"):
             raise ValueError(f"{self.store}: not a complete zarrmill patch store")
@@ -35,7 +39,8 @@ class PatchDataset:
         # one file read (two in a shard: index, chunk) and one decode, not zarr-python's ~1.5 ms
         # of per-call machinery (the patch read cost 4x the decode)
         chunk = read_chunk(self._patches, (k // per_chunk,) + (0,) * (self._patches.ndim - 1))
-        return chunk[k % per_chunk]
+        # a copy, never a view: a view would keep the whole decoded chunk alive and be read-only
+        return np.array(chunk[k % per_chunk], dtype=self.dtype or chunk.dtype, order="C", copy=True)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

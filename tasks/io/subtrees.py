@@ -1,0 +1,54 @@
+"""Carry an image's ``tables/`` and ``labels/`` (ROI and feature tables, label images) into a
+copy of the image, as Fractal and ngio users expect after a rechunk. Same zarr format: the files
+are copied as they are (exact bytes; links inside the input are skipped, never followed or
+recreated). Another zarr format: every group and array is rewritten through zarr's API, block by
+block of the source chunks, so memory stays at one chunk."""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from pathlib import Path
+
+import zarr
+
+CARRIED = ("tables", "labels")
+
+
+def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int) -> list[str]:
+    """Copies each of ``tables``/``labels`` that ``src_image`` has; returns their names."""
+    carried = []
+    for name in CARRIED:
+        src = src_image / name
+        if not src.is_dir() or src.is_symlink():
+            continue
+        if _zarr_format(src) == dst_zarr_format:
+            shutil.copytree(src, dst_image / name, ignore=_links, dirs_exist_ok=True)
+        else:
+            _convert(zarr.open_group(str(src), mode="r"), zarr.open_group(str(dst_image), mode="a"), name)
+        carried.append(name)
+    return carried
+
+
+def _links(folder: str, names: list[str]) -> set[str]:
+    return {n for n in names if os.path.islink(os.path.join(folder, n))}
+
+
+def _zarr_format(path: Path) -> int:
+    return 3 if (path / "zarr.json").exists() else 2
+
+
+def _convert(src: zarr.Group, parent: zarr.Group, name: str) -> None:
+    group = parent.require_group(name)
+    group.attrs.update(dict(src.attrs))
+    for child_name, child in src.members():
+        if isinstance(child, zarr.Group):
+            _convert(child, group, child_name)
+            continue
+        dst = group.create_array(child_name, shape=child.shape, dtype=child.dtype, chunks=child.chunks,
+                                 fill_value=child.fill_value, overwrite=True)
+        dst.attrs.update(dict(child.attrs))
+        steps = [range(0, n, c) for n, c in zip(child.shape, child.chunks)]
+        for start in itertools.product(*steps):
+            block = tuple(slice(a, min(a + c, n)) for a, c, n in zip(start, child.chunks, child.shape))
+            dst[block] = child[block]
