@@ -45,6 +45,7 @@ from .io.cuboids import (
 )
 from .io.ngff import check_dimensions, read_attrs, read_image
 from .io.points import read_points
+from .io.units import ngff_to_micrometer
 from .runtime.contract import NonNegativeInt, PlanContext, PositiveInt, TaskParams, Unit
 
 STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
@@ -101,7 +102,9 @@ def open_level(path: str | Path, level: int) -> tuple[zarr.Array, tuple[float, .
     lv = meta.levels[min(level, len(meta.levels) - 1)]
     arr = open_input_array(Path(path) / lv.path)
     check_dimensions(meta, lv, tuple(arr.shape))
-    return arr, tuple(s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx")
+    # in micrometer whatever unit the axes declare (network_voxel_size and voxel_size are micrometer)
+    return arr, tuple(ngff_to_micrometer(s, ax.get("unit"), str(path))
+                      for ax, s in zip(meta.axes, lv.scale) if ax["name"] in "zyx")
 
 
 def open_image(p: Params) -> tuple[zarr.Array, tuple[float, ...]]:

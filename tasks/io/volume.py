@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, InputNotFoundError
+from .foreign import warn_once
+from .units import ome_length_to_micrometer
 
 TIFF_AXES = {"T": "t", "C": "c", "S": "c", "Z": "z", "Y": "y", "X": "x", "Q": "z", "I": "z"}
 ORDER = "tczyx"
@@ -67,6 +69,10 @@ def _open_npy(path: Path, axes: str | None) -> Volume:
     except Exception as err:  # noqa: BLE001 - truncated or foreign file
         raise InputError(f"{path}: not a readable .npy file ({type(err).__name__}: {err})") from err
     default = {2: "yx", 3: "zyx", 4: "czyx", 5: "tczyx"}.get(arr.ndim)
+    if axes is None and arr.ndim == 3 and arr.shape[-1] in (3, 4) and min(arr.shape[:2]) > 4:
+        default = "yxc"  # an RGB(A) picture (height, width, 3|4), as imageio and PIL hand them over
+        warn_once(path, f"shape {list(arr.shape)} read as an RGB{'A' if arr.shape[-1] == 4 else ''} image "
+                        "(axes yxc, channels first in the output); pass axes=zyx if it is a volume")
     axes = axes or default
     if axes is None or len(axes) != arr.ndim:
         raise InputError(f"{path}: array has {arr.ndim} dimensions; give axes (e.g. 'czyx') with one letter each")
@@ -86,7 +92,7 @@ def _open_tiff(path: Path, axes: str | None) -> Volume:
         raise InputError(f"{path}: cannot read TIFF ({type(err).__name__}: {err})") from err
     src_axes = axes or _tiff_axes(path, series.axes, series.shape)
     _check_axes(path, src_axes)
-    sizes = _ome_pixel_sizes(tf.ome_metadata) if tf.is_ome else _imagej_pixel_sizes(tf)
+    sizes = _ome_pixel_sizes(tf.ome_metadata, path) if tf.is_ome else _imagej_pixel_sizes(tf)
     return Volume(path, source, src_axes, sizes, tf)
 
 
@@ -105,7 +111,7 @@ def _check_axes(path: Path, axes: str) -> None:
         raise InputError(f"{path}: axes {axes!r} must be distinct letters from 'tczyx' including y and x")
 
 
-def _ome_pixel_sizes(ome_xml: str | None) -> dict[str, float]:
+def _ome_pixel_sizes(ome_xml: str | None, path: Path) -> dict[str, float]:
     if not ome_xml:
         return {}
     pixels = ET.fromstring(ome_xml).find(".//{*}Pixels")
@@ -116,7 +122,12 @@ def _ome_pixel_sizes(ome_xml: str | None) -> dict[str, float]:
         value = pixels.get(f"PhysicalSize{ax.upper()}")
         unit = pixels.get(f"PhysicalSize{ax.upper()}Unit", "µm")
         if value is not None:
-            sizes[ax] = float(value) * {"nm": 1e-3, "mm": 1e3}.get(unit, 1.0)
+            size = ome_length_to_micrometer(float(value), unit)
+            if size is None:
+                warn_once(path, f"OME-XML PhysicalSize{ax.upper()}Unit {unit!r} is not a length; the {ax} pixel "
+                                "size is left at 1 (pass pixel_size, micrometer)")
+            else:
+                sizes[ax] = size
     return sizes
 
 
