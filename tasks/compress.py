@@ -37,6 +37,7 @@ from .io.chunk_io import write_region
 from .io.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff import WRITER_MODULES, Level, make_axes, write_image_metadata
 from .io.sources import Source, case_paths, describe, open_source
+from .io.subtrees import carry_subtrees
 from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"
@@ -201,6 +202,8 @@ def finish(p: Params, ctx: PlanContext) -> None:
             scale = [src.pixel_size.get(a, 1.0) for a in src.axes]
             write_image_metadata(Path(p.output) / src.name, "0.5", make_axes(src.axes), [Level("0", scale, None)],
                                  name=src.name)
+            if src.path.is_dir():  # an OME-Zarr image: its ROI tables and label images come along
+                carry_subtrees(src.path, Path(p.output) / src.name, 3)
             zarr.open_group(str(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
                 "patch": p.patch, "layout": p.layout}

@@ -105,3 +105,17 @@ def test_a_bioformats2raw_container_names_its_images(cli, tmp_path):
     assert code == 2 and "bioformats2raw container" in err and str(root / "0") in err, err
     assert len(err.strip().splitlines()) == 1
     run(cli, "rechunk", f"input={root / '0'}", f"output={tmp_path / 'out.zarr'}")
+
+
+def test_compress_to_zarr_keeps_a_fractal_images_tables(cli, plate, tmp_path):
+    from ngio import open_ome_zarr_container
+
+    path, pixels = plate
+    out = tmp_path / "compressed.zarr"
+    run(cli, "compress", f"input={path / 'B' / '05' / '0'}", f"output={out}", "format=zarr", "patch=[2,16,16]")
+    image = next(p.parent for p in out.glob("*/zarr.json"))
+    np.testing.assert_array_equal(zarr.open_array(str(image / "0"))[:], pixels["B/05"])
+    container = open_ome_zarr_container(str(image))
+    assert set(container.list_tables()) == {"FOV_ROI_table", "well_ROI_table"}
+    fov = container.get_table("FOV_ROI_table").get("1")
+    np.testing.assert_array_equal(np.squeeze(container.get_image().get_roi(fov)), pixels["B/05"][..., :48])

@@ -28,6 +28,7 @@ class Source:
 
 def _zarr_source(path: Path, level: int) -> Source:
     from .ngff import check_dimensions, read_attrs, read_image
+    from .units import ngff_to_micrometer
 
     attrs, _ = read_attrs(path)
     if "multiscales" in attrs:
@@ -35,7 +36,8 @@ def _zarr_source(path: Path, level: int) -> Source:
         lv = meta.levels[min(level, len(meta.levels) - 1)]
         arr = open_input_array(path / lv.path)
         check_dimensions(meta, lv, tuple(arr.shape))
-        sizes = {a: s for a, s in zip(meta.axis_names, lv.scale) if a in "zyx"}
+        sizes = {ax["name"]: ngff_to_micrometer(s, ax.get("unit"), str(path))  # outputs say micrometer
+                 for ax, s in zip(meta.axes, lv.scale) if ax["name"] in "zyx"}
         axes = "".join(meta.axis_names)
     else:
         arr = open_input_array(path)
