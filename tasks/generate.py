@@ -22,7 +22,7 @@ from .io.arrays import (
 from .io.chunk_io import write_region
 from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic import Blobs, render, to_dtype
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"
 UNIT_MB = 32
@@ -37,7 +37,7 @@ class Params(TaskParams):
     kind: Literal["blobs", "labels"] = Field("blobs", description="intensities or a label image")
     n_blobs: int = Field(200, ge=0, description="number of blobs (cells)")
     blob_radius: float = Field(6.0, gt=0, description="mean blob radius in pixels")
-    pixel_size: list[float] | None = Field(None, description="physical size per spatial axis (micrometer)")
+    pixel_size: list[PositiveFloat] | None = Field(None, description="physical size per spatial axis (micrometer)")
     seed: int = 0
     ngff_version: NgffVersion = "0.5"
     codec: Codec = Field(default_factory=Codec)

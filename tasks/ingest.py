@@ -48,7 +48,7 @@ from .io.ngff import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes
 from .io.pattern import read_pattern_series
 from .io.planes import plane_header, read_plane_into
 from .io.volume import open_volume
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
 FINISH_IMPORTS = WRITER_MODULES
@@ -66,7 +66,7 @@ class Params(TaskParams):
     pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
     positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
     grid_columns: int | None = Field(None, ge=1, description="pattern without positions: fields per grid row (default: square)")
-    pixel_size: list[float] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
+    pixel_size: list[PositiveFloat] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
     plate_shape: list[PositiveInt] = Field([8, 12], min_length=2, max_length=2, description="pattern: plate rows, columns")
     channel_names: list[str] | None = Field(None, description="channel labels in channel order")
     axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")

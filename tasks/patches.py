@@ -46,7 +46,7 @@ from .io.cuboids import (
 from .io.ngff import check_dimensions, read_attrs, read_image
 from .io.points import read_points
 from .io.units import ngff_to_micrometer
-from .runtime.contract import NonNegativeInt, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
           3: "dropped: cuboid crosses the image edge (edge: drop)"}
@@ -60,8 +60,8 @@ class Params(TaskParams):
     points: str | None = Field(None, description="points: CSV (z,y,x[,label]), .npy (N x 3) or cellfinder XML")
     points_unit: Literal["voxel", "physical"] = Field("voxel", description="points: coordinates in voxels or micrometer")
     cuboid: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
-    network_voxel_size: list[float] | None = Field(None, description="points: network voxel size (um); resample to it")
-    voxel_size: list[float] | None = Field(None, description="data voxel size (um), default: the image's NGFF scale")
+    network_voxel_size: list[PositiveFloat] | None = Field(None, description="points: network voxel size (um); resample to it")
+    voxel_size: list[PositiveFloat] | None = Field(None, description="data voxel size (um), default: the image's NGFF scale")
     centering: Literal["cellfinder", "round"] = "cellfinder"
     edge: Literal["drop", "pad"] = "drop"
     pad_mode: Literal["constant", "reflect"] = "constant"

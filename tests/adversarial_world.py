@@ -70,6 +70,8 @@ def snapshot(root: Path) -> dict[str, str]:
                 out[rel] = f"link:{os.readlink(path)}"
             elif path.is_dir():
                 out[rel] = "dir"
+            elif not path.is_file():  # a pipe or device: reading it could block
+                out[rel] = f"special:{path.stat().st_mode:o}"
             else:
                 data = path.read_bytes()
                 out[rel] = f"{len(data)}:{hashlib.sha256(data).hexdigest()}"

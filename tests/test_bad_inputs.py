@@ -155,3 +155,64 @@ def test_an_unexpected_error_is_one_line_and_the_traceback_needs_debug(tmp_path)
                                "--set", f"output={tmp_path / 'o'}", "--set", "patch=[2,2]")
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _file_case(kind: str, work: Path) -> tuple[list[str], str]:
+    """(ingest --set parameters, what the one line must say) for inputs and outputs the file system
+    or the pixels make impossible."""
+    ok = work / "ok.npy"
+    np.save(ok, np.ones((4, 8, 8), np.uint16))
+    out = f"output={work / 'out.zarr'}"
+    if kind == "structured-dtype":
+        np.save(work / "s.npy", np.zeros((4, 8, 8), dtype=[("a", "u1"), ("b", "f4")]))
+        return [f"input={work / 's.npy'}", out], "is not bool, integer or float"
+    if kind == "complex-dtype":
+        np.save(work / "c.npy", np.ones((4, 8, 8), np.complex64))
+        return [f"input={work / 'c.npy'}", out], "complex64 is not bool, integer or float"
+    if kind == "empty-axis":
+        np.save(work / "e.npy", np.zeros((0, 8, 8), np.uint16))
+        return [f"input={work / 'e.npy'}", out], "has an empty axis"
+    if kind == "fifo":
+        os.mkfifo(work / "f.npy")
+        return [f"input={work / 'f.npy'}", out, "format=image"], "not a regular file"
+    if kind == "input-symlink-loop":
+        os.symlink(work / "loop", work / "loop")
+        return [f"input={work / 'loop'}", out], "symlink loop"
+    if kind == "output-symlink-loop":
+        os.symlink(work / "oloop", work / "oloop")
+        return [f"input={ok}", f"output={work / 'oloop' / 'x.zarr'}"], "symlink loop"
+    if kind == "output-name-too-long":
+        return [f"input={ok}", f"output={work / ('a' * 300)}.zarr"], "too long"
+    if kind == "output-under-a-file":
+        (work / "notes.txt").write_text("a file, not a folder")
+        return [f"input={ok}", f"output={work / 'notes.txt'}/x.zarr"], "not a folder"
+    if kind == "zero-pixel-size":
+        return [f"input={ok}", out, "pixel_size=[0,1,1]"], "pixel_size.0: Input should be greater than 0"
+    if kind == "corrupt-tiff-in-series":
+        raw = work / "raw"
+        raw.mkdir()
+        import tifffile
+
+        tifffile.imwrite(raw / "A01_s1.tif", np.ones((8, 8), np.uint16))
+        (raw / "A01_s2.tif").write_bytes(b"II*\x00garbage")
+        return [f"input={raw}", out, "pattern={well}_s{field}.tif"], "A01_s2.tif: cannot read"
+    raise AssertionError(kind)
+
+
+FILE_CASES = ["structured-dtype", "complex-dtype", "empty-axis", "fifo", "input-symlink-loop", "output-symlink-loop",
+              "output-name-too-long", "output-under-a-file", "zero-pixel-size", "corrupt-tiff-in-series"]
+
+
+@pytest.mark.parametrize("kind", FILE_CASES)
+def test_impossible_files_and_paths_are_one_line_and_leave_nothing(tmp_path, kind):
+    from adversarial_world import changes, snapshot
+
+    sets, words = _file_case(kind, tmp_path)
+    before = snapshot(tmp_path)
+    args = ["task", "ingest", "--executor", "sync"]
+    for s in sets:
+        args += ["--set", s]
+    proc = zarrmill_subprocess(*args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    assert changes(before, snapshot(tmp_path)) == []

@@ -56,11 +56,22 @@ def open_volume(path: str | Path, axes: str | None = None) -> Volume:
     if not path.exists():
         raise InputNotFoundError(f"{path}: file not found")
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix.lower() in {".tif", ".tiff"} else path.suffix.lower()
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file (a folder, pipe or device); give an image file")
     if path.suffix.lower() == ".npy":
-        return _open_npy(path, axes)
+        return _checked(_open_npy(path, axes))
     if path.suffix.lower() in {".tif", ".tiff", ".btf"}:
-        return _open_tiff(path, axes)
+        return _checked(_open_tiff(path, axes))
     raise InputError(f"{path}: unsupported file type {suffix!r} (use .tif/.tiff/.ome.tif or .npy)")
+
+
+def _checked(vol: Volume) -> Volume:
+    """Pixels OME-Zarr readers understand: numbers (bool, integers, floats), no empty axis."""
+    if vol.dtype.kind not in "biuf":
+        raise InputError(f"{vol.path}: pixel type {vol.dtype} is not bool, integer or float; convert the file")
+    if 0 in vol.shape:
+        raise InputError(f"{vol.path}: shape {list(vol.shape)} has an empty axis; the file holds no pixels")
+    return vol
 
 
 def _open_npy(path: Path, axes: str | None) -> Volume:

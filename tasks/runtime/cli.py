@@ -3,10 +3,11 @@ shows tracebacks."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import sys
 import time
-import os
 
 from .. import __version__
 from ..errors import ZarrmillError
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.debug:
-        for name in ("distributed", "dask_jobqueue"):
+        for name in ("distributed", "dask_jobqueue", "tifffile"):  # their warnings repeat our one error line
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return COMMANDS[args.command](args)
@@ -112,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - a bug or an unforeseen input: one line, traceback with --debug
         if args.debug:
             raise
+        reason = _path_problem(err)
+        if reason is not None:  # the file system said no (a path too long, a loop, a folder it cannot create)
+            print(f"zarrmill: error: {reason}", file=sys.stderr)
+            return 2
         log = _save_traceback(err)
         print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
               "please report it)", file=sys.stderr)
@@ -119,6 +124,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+PATH_ERRNOS = {errno.ENAMETOOLONG: "a file name is too long (255 bytes per name); choose a shorter path",
+               errno.ELOOP: "the path runs through a symlink loop; fix or remove the link",
+               errno.ENOENT: "a folder on the path does not exist and cannot be created here",
+               errno.EACCES: "permission denied; choose a path you may write (or read)",
+               errno.EPERM: "operation not permitted on this path",
+               errno.EROFS: "the file system is read-only; choose a writable path",
+               errno.ENOTDIR: "a part of the path is a file, not a folder",
+               errno.ENOSPC: "no space left on the device",
+               errno.EDQUOT: "disk quota exceeded"}
+
+
+def _path_problem(err: BaseException) -> str | None:
+    """One line for the file-system errors a user's path causes, naming the path; None for bugs."""
+    if isinstance(err, RuntimeError) and str(err).startswith("Symlink loop from"):  # Path.resolve, Python 3.11/12
+        return f"{str(err).split('from', 1)[1].strip().strip(chr(39))}: {PATH_ERRNOS[errno.ELOOP]}"
+    if isinstance(err, OSError) and err.errno in PATH_ERRNOS:
+        where = err.filename if err.filename is not None else "?"
+        return f"{where}: {PATH_ERRNOS[err.errno]} ({err.strerror})"
+    return None
 
 
 def _save_traceback(err: BaseException) -> str:

@@ -30,6 +30,8 @@ Unit = dict[str, Any]
 # sizes, shapes, chunks: every entry at least 1 (0 or negative ended in tracebacks deep in zarr)
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+# physical sizes (pixel and voxel sizes, micrometer): a 0 gave a silently degenerate scale
+PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class TaskParams(BaseModel):
