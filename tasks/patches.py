@@ -43,7 +43,7 @@ from .io.cuboids import (
     read_padded,
     resample_linear,
 )
-from .io.ngff import check_dimensions, read_attrs, read_image
+from .io.ngff import check_dimensions, level_index, read_attrs, read_image
 from .io.points import read_points
 from .io.units import ngff_to_micrometer
 from .runtime.contract import NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
@@ -99,7 +99,7 @@ def open_level(path: str | Path, level: int) -> tuple[zarr.Array, tuple[float, .
         arr = open_input_array(path)
         return arr, (1.0,) * arr.ndim
     meta = read_image(Path(path))
-    lv = meta.levels[min(level, len(meta.levels) - 1)]
+    lv = meta.levels[level_index(meta, level)]
     arr = open_input_array(Path(path) / lv.path)
     check_dimensions(meta, lv, tuple(arr.shape))
     # in micrometer whatever unit the axes declare (network_voxel_size and voxel_size are micrometer)

@@ -48,6 +48,7 @@ from .io.ngff import (
     WRITER_MODULES,
     ImageMeta,
     Level,
+    level_index,
     member_path,
     ome_format,
     read_attrs,
@@ -147,9 +148,7 @@ class Well:
 
     @staticmethod
     def _level(meta: ImageMeta, k: int) -> Level:
-        if k >= len(meta.levels):
-            raise InputError(f"{meta.path}: has {len(meta.levels)} levels, level {k} asked")
-        return meta.levels[k]
+        return meta.levels[level_index(meta, k)]
 
     def _check_same(self, meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level) -> None:
         if meta.axis_names != names:

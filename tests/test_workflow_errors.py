@@ -167,7 +167,11 @@ def test_validate_lists_every_problem_and_run_says_one_line(cli, tmp_path):
     ("generate-plate", ["output=o", "grid=[0,2]"], "grid.0"),
     ("patch-extract", ["input=i.zarr", "output=o.zarr", "points=p.csv", "cuboid=[2,-1,4]"], "cuboid.1"),
     ("compress", ["input=i.npy", "output=o", "patch=[0,16,16]"], "patch.0"),
-], ids=["shape-0", "chunks-negative", "rechunk-chunks-0", "inf", "nan", "grid-0", "cuboid-negative", "patch-0"])
+    ("generate", ["output=o.zarr", "shape=[4,8,8]", "pixel_size=[0,1,1]"], "pixel_size.0"),
+    ("patch-extract", ["input=i.zarr", "output=o.zarr", "points=p.csv", "cuboid=[2,4,4]",
+                       "network_voxel_size=[1,-1,1]"], "network_voxel_size.1"),
+], ids=["shape-0", "chunks-negative", "rechunk-chunks-0", "inf", "nan", "grid-0", "cuboid-negative", "patch-0",
+        "pixel-size-0", "voxel-size-negative"])
 def test_bad_sizes_are_one_line_naming_the_field(cli, tmp_path, task, sets, field):
     args = ["task", task, "--executor", "sync"]
     for s in sets:
@@ -175,3 +179,53 @@ def test_bad_sizes_are_one_line_naming_the_field(cli, tmp_path, task, sets, fiel
     code, _, err = cli(*args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"params.{field}" in err, err
+
+
+def test_two_steps_writing_one_output_is_an_error_naming_both(cli, tmp_path, good):
+    text = good + """  again:
+    task: generate
+    params:
+      output: ${out}/a.ome.zarr
+      shape: [8, 32, 32]
+"""
+    line = run_bad(cli, tmp_path, text)
+    assert "steps gen and again both write" in line and "wf.yaml:" in line, line
+
+
+@pytest.mark.parametrize("executor,words", [
+    ("{kind: local, workers: 100000}", "at most"),
+    ("{kind: threads, threads_per_worker: 100000}", "at most"),
+    ("{kind: local, memory_limit: lots}", "'lots' is not a size"),
+    ("{kind: local, memory_limit: 0B}", "more than 0 bytes"),
+])
+def test_executor_sizes_beyond_this_machine_are_one_line(cli, tmp_path, good, executor, words):
+    line = run_bad(cli, tmp_path, good.replace("executor: {kind: sync}", f"executor: {executor}"))
+    assert words in line and "executor" in line, line
+
+
+def test_usage_errors_are_one_line_in_a_real_process(tmp_path):
+    from conftest import zarrmill_subprocess
+
+    for args, words in ((["runs", "--prune", "--days", "-1"], "days must be a number >= 0"),
+                        (["run"], "required: workflow"), (["nosuch"], "invalid choice")):
+        proc = zarrmill_subprocess(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+
+
+def test_a_level_the_image_lacks_is_an_error_not_another_level(cli, tmp_path):
+    image = tmp_path / "img.zarr"
+    assert cli("task", "generate", "--executor", "sync", "--set", f"output={image}", "--set", "shape=[8,32,32]")[0] == 0
+    for task, sets in (("compress", ["output=o", "patch=[4,8,8]", "level=2"]),
+                       ("patch-extract", ["output=p.zarr", "mode=random", "cuboid=[2,4,4]", "level=1"])):
+        args = ["task", task, "--executor", "sync", "--set", f"input={image}"]
+        for s in sets:
+            args += ["--set", s.replace("output=", f"output={tmp_path}/")]
+        code, _, err = cli(*args)
+        assert code == 2 and "has levels 0..0, not level" in err, err
+
+
+def test_a_plan_of_too_many_units_is_refused_at_once(cli, tmp_path):
+    code, _, err = cli("task", "generate", "--executor", "sync", "--set", f"output={tmp_path / 'huge.zarr'}",
+                       "--set", "shape=[100000,100000,100000]")
+    assert code == 2 and "units of work; one step plans at most" in err, err
+    assert not (tmp_path / "huge.zarr").exists()

@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
+from ..errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json
 from .guard import OutputGuard
 
@@ -142,9 +142,18 @@ def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) 
     return zarr.open_group(str(path), mode="a", zarr_format=zarr_format)
 
 
+# The driver holds every unit of a step in memory (about 1 KB each with its ledger entry): beyond
+# this a plan would take minutes and gigabytes before the first unit runs.
+MAX_REGIONS = 2_000_000
+
+
 def block_regions(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
     """Every block-aligned region of ``shape`` as ((start, stop), ...) per axis, C order."""
     grids = [range(0, s, b) for s, b in zip(shape, block)]
+    count = math.prod(len(g) for g in grids)
+    if count > MAX_REGIONS:
+        raise ConfigError(f"shape {list(shape)} in pieces of {list(block)} is {count:,} units of work; one step plans "
+                          f"at most {MAX_REGIONS:,} (driver memory): use larger chunks or unit_mb, or a smaller shape")
     regions = []
     for index in np.ndindex(*[len(g) for g in grids]):
         regions.append(tuple((grids[a][i], min(grids[a][i] + block[a], shape[a]))

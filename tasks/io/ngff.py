@@ -84,6 +84,14 @@ def member_path(root: Path, rel: Any, what: str) -> Path:
     return inside(root, *rel.split("/"), what=what, resolve=False)  # reading may follow links
 
 
+def level_index(meta: ImageMeta, level: int) -> int:
+    """``level`` if the image has it; asking for a level it lacks is an error, never another level."""
+    if not 0 <= level < len(meta.levels):
+        raise InputError(f"{meta.path}: has levels 0..{len(meta.levels) - 1}, not level {level}; choose one of them "
+                         "(or run pyramid first)")
+    return level
+
+
 def check_dimensions(meta: ImageMeta, level: Level, shape: tuple[int, ...]) -> None:
     """The array of a level has one dimension per axis the metadata lists."""
     if len(shape) != len(meta.axes):

@@ -27,13 +27,13 @@ class Source:
 
 
 def _zarr_source(path: Path, level: int) -> Source:
-    from .ngff import check_dimensions, read_attrs, read_image
+    from .ngff import check_dimensions, level_index, read_attrs, read_image
     from .units import ngff_to_micrometer
 
     attrs, _ = read_attrs(path)
     if "multiscales" in attrs:
         meta = read_image(path)
-        lv = meta.levels[min(level, len(meta.levels) - 1)]
+        lv = meta.levels[level_index(meta, level)]
         arr = open_input_array(path / lv.path)
         check_dimensions(meta, lv, tuple(arr.shape))
         sizes = {ax["name"]: ngff_to_micrometer(s, ax.get("unit"), str(path))  # outputs say micrometer

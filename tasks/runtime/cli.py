@@ -14,11 +14,18 @@ from ..errors import ZarrmillError
 from .commands import COMMANDS
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line like every other error (the usage is one --help away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"zarrmill: error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, locally or on SLURM.")
+    parser = OneLineParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, locally or on SLURM.")
     parser.add_argument("--version", action="version", version=f"zarrmill {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_, description=help_)
@@ -62,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("runs", "history of a for_each workflow's scheduled conversions; --prune removes old run folders")
     p.add_argument("workflow", nargs="?")
     p.add_argument("--prune", action="store_true", help="remove run folders (logs, worker scratch) not used for --days")
-    p.add_argument("--days", type=float, default=14.0, help="with --prune: age in days (default 14)")
+    p.add_argument("--days", type=_non_negative_days, default=14.0, help="with --prune: age in days (default 14)")
     p.add_argument("--failed", action="store_true", help="only datasets whose latest attempt failed")
     p.add_argument("--retry", action="store_true", help="re-queue failed datasets for the next run")
     _add_set(p)
@@ -81,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")
     return parser
+
+
+def _non_negative_days(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: days must be a number >= 0")
+    return value
 
 
 def _add_set(p: argparse.ArgumentParser) -> None:

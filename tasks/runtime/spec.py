@@ -6,7 +6,7 @@ import inspect
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Strict(BaseModel):
@@ -30,6 +30,10 @@ class Adapt(Strict):
     maximum_jobs: int = Field(4, ge=1)
 
 
+WORKERS_PER_CPU = 4  # local worker processes per available CPU (I/O-bound work may oversubscribe a little)
+THREADS_PER_CPU = 16
+
+
 class ExecutorSpec(Strict):
     """Where the units run. Only builds a dask Client; the engine is the same everywhere."""
 
@@ -50,6 +54,37 @@ class ExecutorSpec(Strict):
     worker_start_timeout: float = Field(300.0, gt=0, description="seconds to wait for the first worker")
     retries: int = Field(1, ge=0, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _a_size(cls, value: str | None) -> str | None:
+        from dask.utils import parse_bytes
+
+        if value is None or value == "auto":
+            return value
+        try:
+            size = parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"{value!r} is not a size; write e.g. 4GB, 512MiB or auto") from None
+        if size <= 0:
+            raise ValueError(f"{value!r}: a worker needs more than 0 bytes")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_this_machine(self) -> "ExecutorSpec":
+        """Local workers are processes (threads) on this machine: a typo such as 100000 would start
+        until memory runs out. The bound is stated in the message."""
+        if self.kind in ("local", "threads"):
+            from .machine import available_cpus
+
+            cpus = available_cpus()
+            if self.workers is not None and self.workers > WORKERS_PER_CPU * cpus:
+                raise ValueError(f"workers: {self.workers} is more than {WORKERS_PER_CPU} per CPU this process may use "
+                                 f"({cpus}); at most {WORKERS_PER_CPU * cpus} here")
+            if self.threads_per_worker > THREADS_PER_CPU * cpus:
+                raise ValueError(f"threads_per_worker: {self.threads_per_worker} is more than {THREADS_PER_CPU} per CPU "
+                                 f"({cpus} CPUs); at most {THREADS_PER_CPU * cpus} here")
+        return self
 
     @field_validator("slurm")
     @classmethod

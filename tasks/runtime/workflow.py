@@ -4,6 +4,7 @@ work starts: YAML syntax, unknown task or field, wrong types, unresolved ``${var
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
@@ -92,6 +93,7 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
         raise ConfigError.of(problems)
     order = _dependency_order(steps, doc)
     ordered = [steps[n] for n in order]
+    _check_outputs(ordered, doc)
     if check_inputs:
         _check_inputs(ordered, doc)
     return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset)
@@ -200,6 +202,21 @@ def _ancestors(name: str, steps: dict[str, Step]) -> set[str]:
             seen.add(dep)
             stack.extend(steps[dep].needs)
     return seen
+
+
+def _check_outputs(ordered: list[Step], doc: Located) -> None:
+    """Two steps that create the same output would each take the other's store for a stranger's
+    (or replace it with --overwrite); steps that add to a store in place (pyramid) may share it."""
+    creators: dict[str, str] = {}
+    for step in ordered:
+        out = step.params.output_path()
+        if out is None or step.params.writes_in_place():
+            continue
+        key = os.path.abspath(out)
+        if key in creators:
+            raise ConfigError(f"{doc.where(('steps', step.name, 'params', 'output'))}: steps {creators[key]} and "
+                              f"{step.name} both write {out}; give each step its own output")
+        creators[key] = step.name
 
 
 def _check_inputs(ordered: list[Step], doc: Located) -> None:
