@@ -69,11 +69,19 @@ def _damage(kind: str, img: Path, work: Path) -> tuple[list[str], str]:
         (img / "0").mkdir()
         (img / "0" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
         return [], "a zarr group, not an array"
+    if kind == "scale-zero":
+        _edit_json(img / "zarr.json", lambda d: _ms(d)["datasets"][0]["coordinateTransformations"][0]
+                   .__setitem__("scale", [1.0, 1.0, 0.0, 1.0]))
+        return [], "must hold positive finite numbers"
+    if kind == "translation-text":
+        _edit_json(img / "zarr.json", lambda d: _ms(d)["datasets"][0]["coordinateTransformations"].append(
+            {"type": "translation", "translation": [0, 0, "x", 0]}))
+        return [], "is not a list of numbers"
     raise AssertionError(kind)
 
 
 KINDS = ["truncated-group-json", "truncated-array-json", "binary-json", "axes-vs-scale", "axes-vs-array",
-         "no-datasets", "group-not-array"]
+         "no-datasets", "group-not-array", "scale-zero", "translation-text"]
 TASKS = {
     "rechunk": lambda img, out: ["--set", f"input={img}", "--set", f"output={out}"],
     "pyramid": lambda img, out: ["--set", f"input={img}", "--set", "min_size=8"],
@@ -215,4 +223,39 @@ def test_impossible_files_and_paths_are_one_line_and_leave_nothing(tmp_path, kin
     proc = zarrmill_subprocess(*args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+CELLVOYAGER_EDITS = [
+    ("MeasurementData.mlf", 'FieldIndex="1"', 'FieldIndex="x"', "bts:FieldIndex='x' in <bts:MeasurementRecord> is not a whole number"),
+    ("MeasurementData.mlf", r'X="[^"]*"', 'X="nan"', "bts:X='nan' in <bts:MeasurementRecord> must be a finite number"),
+    ("MeasurementData.mlf", 'Column="3"', 'Column="99"', "outside the 8 x 12 plate"),
+    ("MeasurementData.mlf", r'Time="[^"]*"', 'Time="yesterday"', "bts:Time='yesterday' is not an ISO date"),
+    ("MeasurementDetail.mrf", r'HorizontalPixelDimension="[^"]*"', 'HorizontalPixelDimension="0"',
+     "bts:HorizontalPixelDimension='0' in <bts:MeasurementChannel> must be a number > 0"),
+    ("MeasurementDetail.mrf", r'RowCount="[^"]*"', 'RowCount="-2"', "bts:RowCount=-2 in <bts:MeasurementDetail> must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("name,pattern,replacement,words", CELLVOYAGER_EDITS,
+                         ids=["field-text", "x-nan", "column-outside", "time-text", "pixel-0", "rows-negative"])
+def test_bad_cellvoyager_metadata_is_one_line_naming_file_attribute_and_value(tmp_path, name, pattern, replacement,
+                                                                              words):
+    import re
+
+    from adversarial_world import changes, snapshot
+
+    raw = tmp_path / "raw"
+    proc = zarrmill_subprocess("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}",
+                               "--set", "wells=[B03]", "--set", "grid=[1,2]", "--set", "shape=[16,24]")
+    assert proc.returncode == 0, proc.stderr
+    text = (raw / name).read_text()
+    edited = re.sub(pattern, replacement, text, count=1)
+    assert edited != text
+    (raw / name).write_text(edited)
+    before = snapshot(tmp_path)
+    proc = zarrmill_subprocess("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
+                               "--set", f"output={tmp_path / 'plate.zarr'}")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert words in proc.stderr and name in proc.stderr, proc.stderr
     assert changes(before, snapshot(tmp_path)) == []

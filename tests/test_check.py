@@ -110,3 +110,20 @@ def test_check_fails_where_the_plate_reader_fails_on_wells_of_different_widths(c
         list(Reader(parse_url(str(plate)))())[0].data[0].compute()
     code, out, _ = cli("check", plate)
     assert code == 1 and "ome-zarr-py's Reader" in out and str(plate) in out, out
+
+
+@pytest.mark.parametrize("key,values,words", [("scale", [1, 1, 0, 1], "positive finite numbers"),
+                                              ("scale", [1, 1, -0.5, 1], "positive finite numbers"),
+                                              ("translation", [0, 0, "x", 0], "is not a list of numbers")])
+def test_check_fails_on_transforms_the_schema_lets_through(cli, tmp_path, key, values, words):
+    """The schemas accept a scale of 0 or a negative one (and 0.4 text); no reader can place such pixels."""
+    img = _image(tmp_path, cli)
+    meta = json.loads((img / "zarr.json").read_text())
+    cts = meta["attributes"]["ome"]["multiscales"][0]["datasets"][0]["coordinateTransformations"]
+    if key == "scale":
+        cts[0]["scale"] = values
+    else:
+        cts.append({"type": "translation", "translation": values})
+    (img / "zarr.json").write_text(json.dumps(meta))
+    code, out, _ = cli("check", img)
+    assert code == 1 and words in out, out

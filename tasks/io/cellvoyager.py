@@ -6,6 +6,7 @@ Stage Y points the other way from image rows, so y is flipped (y_um = -Y), as fr
 does; positions are the field's top-left corner."""
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -40,6 +41,31 @@ def _attr(el: ET.Element, name: str, path: Path) -> str:
     return value
 
 
+def _int(el: ET.Element, name: str, path: Path, low: int = 0) -> int:
+    """A whole-number attribute, at least ``low``; anything else names the file, element and value."""
+    text = _attr(el, name, path)
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise InputError(f"{path}: bts:{name}={text!r} in <{el.tag.replace(NS, 'bts:')}> is not a whole number") from None
+    if value < low:
+        raise InputError(f"{path}: bts:{name}={value} in <{el.tag.replace(NS, 'bts:')}> must be at least {low}")
+    return value
+
+
+def _float(el: ET.Element, name: str, path: Path, positive: bool = False) -> float:
+    """A finite number (stage positions, pixel sizes); NaN or infinity would be written into metadata."""
+    text = _attr(el, name, path)
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (positive and value <= 0):
+        need = "a number > 0" if positive else "a finite number"
+        raise InputError(f"{path}: bts:{name}={text!r} in <{el.tag.replace(NS, 'bts:')}> must be {need}")
+    return value
+
+
 def _parse_xml(path: Path) -> ET.Element:
     try:
         return ET.fromstring(path.read_bytes())
@@ -47,8 +73,11 @@ def _parse_xml(path: Path) -> ET.Element:
         raise InputError(f"{path}: not valid XML ({err})") from err
 
 
-def _utc(text: str) -> str:
-    return datetime.fromisoformat(text).astimezone(timezone.utc).isoformat(timespec="milliseconds")
+def _utc(text: str, path: Path) -> str:
+    try:
+        return datetime.fromisoformat(text).astimezone(timezone.utc).isoformat(timespec="milliseconds")
+    except ValueError:
+        raise InputError(f"{path}: bts:Time={text!r} is not an ISO date and time") from None
 
 
 def parse_mrf(path: Path) -> dict:
@@ -59,18 +88,18 @@ def parse_mrf(path: Path) -> dict:
     first = channels[0]
     ch = {}
     for el in channels:
-        idx = int(_attr(el, "Ch", path))
+        idx = _int(el, "Ch", path, 1)
         ch[idx] = {k: el.get(NS + k) for k in ("CameraNumber", "FilterWheelPosition", "FilterPosition",
                                               "ShadingCorrectionSource", "InputLevel")}
     return {
         "title": root.get(NS + "Title") or path.parent.name,
-        "n_rows": int(_attr(root, "RowCount", path)),
-        "n_cols": int(_attr(root, "ColumnCount", path)),
-        "pixel_size_x": float(_attr(first, "HorizontalPixelDimension", path)),
-        "pixel_size_y": float(_attr(first, "VerticalPixelDimension", path)),
-        "width": int(_attr(first, "HorizontalPixels", path)),
-        "height": int(_attr(first, "VerticalPixels", path)),
-        "bit_depth": int(_attr(first, "InputBitDepth", path)),
+        "n_rows": _int(root, "RowCount", path, 1),
+        "n_cols": _int(root, "ColumnCount", path, 1),
+        "pixel_size_x": _float(first, "HorizontalPixelDimension", path, positive=True),
+        "pixel_size_y": _float(first, "VerticalPixelDimension", path, positive=True),
+        "width": _int(first, "HorizontalPixels", path, 1),
+        "height": _int(first, "VerticalPixels", path, 1),
+        "bit_depth": _int(first, "InputBitDepth", path, 1),
         "channels": dict(sorted(ch.items())),
     }
 
@@ -83,11 +112,11 @@ def parse_mlf(path: Path) -> list[dict]:
             continue  # ERR/other records carry no image
         records.append({
             "file": (el.text or "").strip(),
-            "row": int(_attr(el, "Row", path)), "col": int(_attr(el, "Column", path)),
-            "field": int(_attr(el, "FieldIndex", path)), "t": int(_attr(el, "TimePoint", path)),
-            "z": int(_attr(el, "ZIndex", path)), "ch": int(_attr(el, "Ch", path)),
-            "x": float(_attr(el, "X", path)), "y": float(_attr(el, "Y", path)),
-            "z_um": float(_attr(el, "Z", path)), "time": _utc(_attr(el, "Time", path)),
+            "row": _int(el, "Row", path, 1), "col": _int(el, "Column", path, 1),
+            "field": _int(el, "FieldIndex", path, 1), "t": _int(el, "TimePoint", path),
+            "z": _int(el, "ZIndex", path), "ch": _int(el, "Ch", path, 1),
+            "x": _float(el, "X", path), "y": _float(el, "Y", path),
+            "z_um": _float(el, "Z", path), "time": _utc(_attr(el, "Time", path), path),
         })
     if not records:
         raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
@@ -109,6 +138,11 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
     unknown = [c for c in ch_ids if c not in detail["channels"]]
     if unknown:
         raise InputError(f"{mlf_path}: channels {unknown} are not described in {mrf_path.name}")
+    outside = [r for r in records if r["row"] > detail["n_rows"] or r["col"] > detail["n_cols"]]
+    if outside:
+        r = outside[0]
+        raise InputError(f"{mlf_path}: record {r['file']!r} is at row {r['row']}, column {r['col']}, outside the "
+                         f"{detail['n_rows']} x {detail['n_cols']} plate {mrf_path.name} describes")
     t_ids = sorted({r["t"] for r in records})
     z_ids = sorted({r["z"] for r in records})
     planes = [Plane(

@@ -15,6 +15,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from ..errors import InputError
+from .ngff import transform_values
 from .reader_check import reader_problems
 
 SCHEMA_DIR = Path(__file__).with_name("ngff_schemas")
@@ -195,8 +197,16 @@ def image_problems(path: Path, multiscales: list[dict[str, Any]]) -> list[str]:
             out += _shard_problems(apath, meta)
             shapes.append(meta["shape"])
             dtypes.add(meta["dtype"])
-            scales.append(next((ct["scale"] for ct in ds.get("coordinateTransformations", [])
-                                if ct["type"] == "scale"), None))
+            scale = next((ct.get("scale") for ct in ds.get("coordinateTransformations", [])
+                          if isinstance(ct, dict) and ct.get("type") == "scale"), None)
+            for ct in ds.get("coordinateTransformations", []):
+                if isinstance(ct, dict) and ct.get("type") in ("scale", "translation"):
+                    try:  # the schemas accept 0, negative and (in JSON) huge numbers; readers do not
+                        transform_values(ct.get(ct["type"]), ct["type"], str(apath))
+                    except InputError as err:
+                        out.append(str(err).replace("; fix the metadata", ""))
+                        scale = None
+            scales.append(scale)
         if len(dtypes) > 1:
             out.append(f"{path}: levels have different dtypes {sorted(dtypes)}")
         out += _level_shape_problems(path, shapes, scales)

@@ -4,6 +4,7 @@ Writing goes through ome-zarr-py's ``write_multiscales_metadata`` with explicit 
 ``write_image`` drops coordinate transformations in 0.18)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -113,7 +114,9 @@ def read_image(path: Path) -> ImageMeta:
                          f"{Path(path) / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
     if not multiscales:
         raise InputError(f"{path}: not an OME-Zarr image (no multiscales metadata)")
-    ms = multiscales[0]
+    ms = multiscales[0] if isinstance(multiscales, list) else None
+    if not isinstance(ms, dict) or not all(isinstance(ds, dict) for ds in ms.get("datasets") or []):
+        raise InputError(f"{path}: multiscales must be a list of objects whose datasets are objects; fix the metadata")
     version = attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4")
     axes = [a if isinstance(a, dict) else {"name": a} for a in ms.get("axes", [])]
     levels = []
@@ -121,7 +124,7 @@ def read_image(path: Path) -> ImageMeta:
         raise InputError(f"{path}: multiscales has no datasets; fix the image metadata")
     for ds in ms["datasets"]:
         member_path(path, ds.get("path"), "multiscales dataset path")
-        scale, translation = _transforms(ms, ds, len(axes))
+        scale, translation = _transforms(ms, ds, len(axes), Path(path))
         for name, values in (("scale", scale), ("translation", translation)):
             if values is not None and len(values) != len(axes):
                 raise InputError(f"{path}: dataset {ds['path']!r} has a {name} of {len(values)} values but "
@@ -131,17 +134,39 @@ def read_image(path: Path) -> ImageMeta:
     return ImageMeta(Path(path), str(version), axes, levels, attrs)
 
 
-def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int) -> tuple[list[float], list[float] | None]:
+def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int, path: Path) -> tuple[list[float], list[float] | None]:
     scale, translation = [1.0] * ndim, None
-    for ct in ds.get("coordinateTransformations", []):
-        if ct["type"] == "scale":
-            scale = [float(v) for v in ct["scale"]]
-        elif ct["type"] == "translation":
-            translation = [float(v) for v in ct["translation"]]
-    for ct in ms.get("coordinateTransformations", []):  # multiscale-level transforms compose
-        if ct["type"] == "scale":
-            scale = [a * float(b) for a, b in zip(scale, ct["scale"])]
+    where = f"{path}: dataset {ds.get('path')!r}"
+    for ct in _transform_list(ds, where):
+        if ct.get("type") == "scale":
+            scale = transform_values(ct.get("scale"), "scale", where)
+        elif ct.get("type") == "translation":
+            translation = transform_values(ct.get("translation"), "translation", where)
+    for ct in _transform_list(ms, f"{path}: multiscales"):  # multiscale-level transforms compose
+        if ct.get("type") == "scale":
+            scale = [a * b for a, b in zip(scale, transform_values(ct.get("scale"), "scale", f"{path}: multiscales"))]
     return scale, translation
+
+
+def _transform_list(node: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    cts = node.get("coordinateTransformations", [])
+    if not isinstance(cts, list) or not all(isinstance(ct, dict) for ct in cts):
+        raise InputError(f"{where}: coordinateTransformations must be a list of objects; fix the metadata")
+    return cts
+
+
+def transform_values(values: Any, kind: str, where: str) -> list[float]:
+    """A scale (finite, > 0) or translation (finite) as floats, else one line naming it."""
+    try:
+        out = [float(v) for v in values if not isinstance(v, bool)]
+        if len(out) != len(values):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {kind} {values!r} is not a list of numbers; fix the metadata") from None
+    if not all(math.isfinite(v) for v in out) or (kind == "scale" and any(v <= 0 for v in out)):
+        need = "positive finite numbers" if kind == "scale" else "finite numbers"
+        raise InputError(f"{where}: {kind} {values!r} must hold {need}; fix the metadata")
+    return out
 
 
 def level_datasets(levels: list[Level]) -> list[dict[str, Any]]:
