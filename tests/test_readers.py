@@ -53,12 +53,33 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     _task("reshard", f"input={plate}", "overview=true", "overview_size=16", "min_size=8")
     out["wells"] = root / "plate-wells.zarr"
     out["overview"] = out["wells"] / "overview"
+    out["labelled"] = _labelled_image(root)
     out["compressed"] = root / "volume-compressed.zarr"
     _task("compress", f"input={root / 'volume.npy'}", f"output={out['compressed']}", "format=zarr",
           "patch=[8,16,16]")
     out["b2nd"] = root / "volume-b2nd"
     _task("compress", f"input={root / 'volume.npy'}", f"output={out['b2nd']}", "patch=[8,16,16]")
     return out
+
+
+def _labelled_image(root: Path) -> Path:
+    """An image with a label image in ``labels/cells`` (as segmentation tools add them), copied by
+    rechunk: the copy's labels are what the readers must find."""
+    import shutil
+
+    source = root / "labelled-source.zarr"
+    _task("generate", f"output={source}", "shape=[8,32,32]", "n_blobs=5")
+    _task("generate", f"output={root / 'cells.zarr'}", "shape=[8,32,32]", "n_blobs=5", "kind=labels")
+    labels = zarr.open_group(str(source / "labels"), mode="w", zarr_format=3)
+    labels.attrs["ome"] = {"version": "0.5", "labels": ["cells"]}
+    shutil.copytree(root / "cells.zarr", source / "labels" / "cells", ignore=shutil.ignore_patterns(".zarrmill"))
+    copy = root / "labelled.zarr"
+    _task("rechunk", f"input={source}", f"output={copy}", "chunks=[4,16,16]")
+    return copy
+
+
+def cells(outputs: dict[str, Path]) -> np.ndarray:
+    return np.asarray(zarr.open_array(str(outputs["labelled"].parent / "cells.zarr" / "0"), mode="r"))
 
 
 # -- what each store must show -----------------------------------------------------------------------
@@ -91,7 +112,9 @@ def read_ome_zarr(path: Path) -> np.ndarray:
     from ome_zarr.io import parse_url
     from ome_zarr.reader import Reader
 
-    return np.asarray(list(Reader(parse_url(str(path)))())[0].data[0])
+    nodes = list(Reader(parse_url(str(path)))())  # from a label image it also climbs to its parent image
+    node = next((n for n in nodes if str(n).split(" [")[0].rstrip("/") == str(path)), nodes[0])
+    return np.asarray(node.data[0])
 
 
 def read_napari(path: Path) -> np.ndarray:
@@ -99,9 +122,10 @@ def read_napari(path: Path) -> np.ndarray:
 
     reader = napari_get_reader(str(path))
     assert reader is not None, f"napari-ome-zarr does not claim {path}"
-    data, _, kind = reader(str(path))[0]
-    assert kind == "image"
-    return np.asarray(data[0] if isinstance(data, list) else data)
+    wanted = "labels" if "image-label" in zarr.open_group(str(path), mode="r").attrs.get("ome", {}) else "image"
+    layers = [data for data, _, kind in reader(str(path)) if kind == wanted]  # a label image comes with its image
+    assert layers, f"napari-ome-zarr has no {wanted} layer for {path}"
+    return np.asarray(layers[0][0] if isinstance(layers[0], list) else layers[0])
 
 
 def read_ngio(path: Path) -> np.ndarray:
@@ -119,14 +143,15 @@ def read_bioio(path: Path) -> np.ndarray:
 def read_ome_zarr_models(path: Path) -> np.ndarray:
     from ome_zarr_models import open_ome_zarr
     from ome_zarr_models.v04.image import Image as Image04
+    from ome_zarr_models.v04.image_label import ImageLabel as Label04
     from ome_zarr_models.v05.image import Image as Image05
+    from ome_zarr_models.v05.image_label import ImageLabel as Label05
 
     group = zarr.open_group(str(path), mode="r")
     model = open_ome_zarr(group)
-    assert isinstance(model, (Image04, Image05)), type(model)
-    first = model.attributes.multiscales[0].datasets[0].path if isinstance(model, Image04) else \
-        model.ome_attributes.multiscales[0].datasets[0].path
-    return np.asarray(group[first])
+    assert isinstance(model, (Image04, Image05, Label04, Label05)), type(model)
+    attrs = model.attributes if isinstance(model, (Image04, Label04)) else model.ome_attributes
+    return np.asarray(group[attrs.multiscales[0].datasets[0].path])
 
 
 READERS = {"ome-zarr-py": read_ome_zarr, "napari-ome-zarr": read_napari, "ngio": read_ngio,
@@ -210,3 +235,26 @@ def test_training_stores_open_in_zarr_dask_and_blosc2(outputs):
     files = sorted(outputs["b2nd"].glob("*.b2nd"))
     assert len(files) == 1
     np.testing.assert_array_equal(blosc2.open(str(files[0]), mode="r")[:], VOLUME)
+
+
+def test_label_images_are_kept_and_open_as_labels(outputs):
+    from ngio import open_ome_zarr_container
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    expected = cells(outputs)
+    assert expected.any() and np.issubdtype(expected.dtype, np.integer)
+    label_path = outputs["labelled"] / "labels" / "cells"
+    for name, reader in READERS.items():  # the label image on its own
+        np.testing.assert_array_equal(reader(label_path), expected, err_msg=name)
+    nodes = list(Reader(parse_url(str(outputs["labelled"])))())  # found from the image, as viewers do
+    assert any(str(label_path) in str(n) for n in nodes), nodes
+    from napari_ome_zarr import napari_get_reader
+
+    layers = napari_get_reader(str(outputs["labelled"]))(str(outputs["labelled"]))
+    labels = [data for data, _, kind in layers if kind == "labels"]
+    assert len(labels) == 1
+    np.testing.assert_array_equal(np.asarray(labels[0][0] if isinstance(labels[0], list) else labels[0]), expected)
+    container = open_ome_zarr_container(str(outputs["labelled"]))
+    assert container.list_labels() == ["cells"]
+    np.testing.assert_array_equal(container.get_label("cells").get_as_numpy(), expected)
