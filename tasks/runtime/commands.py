@@ -12,6 +12,7 @@ from .ledger import list_steps
 from .provenance import read_provenance
 from .registry import get_task, task_names
 from .runner import run_workflow
+from .scheduler import run_for_each
 from .schema import task_params_help, workflow_schema
 from .submit import submit_workflow
 from .workflow import Workflow, apply_set, build_workflow, load_workflow
@@ -38,7 +39,10 @@ def _with_executor(sets: list[str], executor: str | None) -> list[str]:
 @command("run")
 def cmd_run(args: argparse.Namespace) -> int:
     wf = load_workflow(args.workflow, _with_executor(args.set, args.executor))
-    run_workflow(wf, overwrite=args.overwrite, dry_run=args.dry_run, only=args.step)
+    if wf.for_each is not None:  # the steps once per dataset found
+        run_for_each(wf, overwrite=args.overwrite, dry_run=args.dry_run)
+    else:
+        run_workflow(wf, overwrite=args.overwrite, dry_run=args.dry_run, only=args.step)
     return 0
 
 

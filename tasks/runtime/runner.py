@@ -39,15 +39,12 @@ def steps_hash(wf: Workflow) -> str:
 
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
                  only: list[str] | None = None) -> list[StepReport]:
-    if wf.for_each is not None:
-        from .scheduler import run_for_each
-
-        run_for_each(wf, overwrite=overwrite, dry_run=dry_run)
-        return []
+    """The steps of one workflow (a ``for_each`` workflow goes through scheduler.run_for_each,
+    which calls ``run_steps`` per dataset)."""
     if dry_run:
         print_dry_run(wf, only)
         return []
-    with Executor(wf.executor, wf.name, _run_dir(wf)) as executor:
+    with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor:
         return run_steps(wf, executor, overwrite, only)
 
 
@@ -67,10 +64,10 @@ def print_dry_run(wf: Workflow, only: list[str] | None = None) -> None:
     for key, names in scripts.items():
         resources = next(s.resources for s in wf.steps if s.name == names[0])
         print(f"\n# worker job script for {', '.join(names)} (not submitted)")
-        print(render_job_script(wf.executor, wf.name, _run_dir(wf), resources).rstrip())
+        print(render_job_script(wf.executor, wf.name, run_dir_for(wf), resources).rstrip())
 
 
-def _run_dir(wf: Workflow) -> Path:
+def run_dir_for(wf: Workflow) -> Path:
     # created by the executor only when a cluster needs it (sync and threads runs leave no folder)
     return Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
 

@@ -15,7 +15,7 @@ from .datasets import Dataset, discover, fingerprint, readiness
 from .executors import Executor
 from .history import History
 from .locks import DatasetLock, Locked
-from .runner import _run_dir, run_steps, steps_hash
+from .runner import run_dir_for, run_steps, steps_hash
 from .workflow import Workflow
 
 
@@ -72,7 +72,7 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
             print(f"[{ds.name}] would convert {ds.path}")
         return outcome
     if todo:
-        with Executor(wf.executor, wf.name, _run_dir(wf)) as executor, \
+        with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor, \
                 ThreadPoolExecutor(fe.max_concurrent) as pool:
             jobs = [pool.submit(_convert, wf, executor, history, ds, fp, nbytes, wf_hash, overwrite, outcome)
                     for ds, fp, nbytes, wf_hash in todo]
