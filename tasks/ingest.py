@@ -45,7 +45,7 @@ from .io.hcs import (
     write_plate,
 )
 from .io.ngff import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
-from .io.pattern import read_pattern_series
+from .io.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
 from .io.planes import plane_header, read_plane_into
 from .io.volume import open_volume
 from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
@@ -117,10 +117,7 @@ def read_acquisition(p: Params) -> Acquisition:
 
 
 def _read_pattern(p: Params, first: Path | None) -> Acquisition:
-    from .io.pattern import compile_pattern
-
-    regex = compile_pattern(p.pattern or "")
-    sample = next((f for f in sorted(Path(p.input).iterdir()) if regex.match(f.name)), first)
+    sample = next((f for f, _ in pattern_files(Path(p.input), p.pattern or "")), first)
     if sample is None:
         raise InputError(f"{p.input}: empty folder")
     shape, dtype = plane_header(sample)
@@ -141,7 +138,9 @@ def validate_files(p: Params, acq: Acquisition) -> list[str]:
     """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes."""
     missing = sorted({pl.path for pl in acq.planes if not Path(pl.path).exists()})
     if missing and p.missing == "error":
-        raise InputError(f"{len(missing)} listed files are missing, e.g. {_names(missing)} "
+        what = ("planes are missing from the series" if Path(missing[0]).name.startswith(MISSING_PREFIX)
+                else "listed files are missing")
+        raise InputError(f"{len(missing)} {what}, e.g. {_names(missing)} "
                          f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
     if p.resolved_format() == "cellvoyager" and not p.allow_extra_files:
         extra = unlisted_images(Path(p.input), acq)
