@@ -70,7 +70,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     bit_depth = 8 if p.dtype == "uint8" else 16
     atomic_write_bytes(out / "MeasurementDetail.mrf", mrf_text(
         p.plate, p.plate_shape[0], p.plate_shape[1], p.channels, (p.shape[0], p.shape[1]), p.pixel_size,
-        bit_depth).encode())
+        bit_depth, n_fields=p.grid[0] * p.grid[1], n_z=p.z_planes).encode())
     atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(p.fields(), p.plate, p.z_planes, p.channels,
                                                              p.z_step).encode())
 

@@ -31,7 +31,7 @@ from .io.arrays import (
     open_for_write,
     region_slices,
 )
-from .io.cellvoyager import read_cellvoyager, unlisted_images
+from .io.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
 from .io.chunk_io import write_region
 from .io.hcs import (
     channel_windows,
@@ -95,7 +95,7 @@ class Params(TaskParams):
             return "image"
         if self.pattern:
             return "pattern"
-        if path.is_dir() and any(path.glob("*.mlf")):
+        if path.is_dir() and has_measurement(path):
             return "cellvoyager"
         raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, pattern, image)")
 
@@ -143,7 +143,7 @@ def validate_files(p: Params, acq: Acquisition) -> list[str]:
         raise InputError(f"{len(missing)} {what}, e.g. {_names(missing)} "
                          f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
     if p.resolved_format() == "cellvoyager" and not p.allow_extra_files:
-        extra = unlisted_images(Path(p.input), acq)
+        extra = unlisted_images(Path(acq.source).parent, acq)  # the measurement folder may lie below input
         if extra:
             raise InputError(f"{p.input}: {len(extra)} image files are not listed in the mlf, e.g. "
                              f"{_names(extra)} (wrong mlf? set allow_extra_files: true to ignore them)")

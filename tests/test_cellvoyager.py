@@ -72,3 +72,49 @@ def test_bad_metadata_is_one_clear_error(tmp_path):
     (tmp_path / "MeasurementDetail.mrf").write_text((CV / DETAIL).read_text(encoding="utf-8-sig"))
     with pytest.raises(InputError, match="MeasurementData.mlf: not valid XML"):
         read_cellvoyager(tmp_path)
+
+
+def test_a_measurement_folder_one_or_two_levels_down_is_found(cli, tmp_path):
+    """CV8000 and exports nest the measurement folder (mlf, mrf and images) below what users pick."""
+    import numpy as np
+    import zarr
+
+    raw = tmp_path / "export" / "Plate1" / "20240501_120000"
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}",
+                       "--set", "wells=[B03]", "--set", "grid=[1,2]", "--set", "shape=[16,24]")
+    assert code == 0, err
+    flat = tmp_path / "flat.zarr"
+    assert cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={flat}")[0] == 0
+    nested = tmp_path / "nested.zarr"
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'export'}",
+                       "--set", f"output={nested}")
+    assert code == 0, err
+    for field in ("0", "1"):
+        np.testing.assert_array_equal(zarr.open_array(str(nested / "B" / "03" / field / "0"))[:],
+                                      zarr.open_array(str(flat / "B" / "03" / field / "0"))[:])
+    # a second measurement beside it: which one is meant is the user's call
+    import shutil
+
+    shutil.copytree(raw, tmp_path / "export" / "Plate1" / "20240502_080000")
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'export'}",
+                       "--set", f"output={tmp_path / 'again.zarr'}")
+    assert code == 2 and "2 measurement folders hold MeasurementData.mlf" in err, err
+
+
+def test_generate_plate_writes_what_a_cv7000_mrf_holds(cli, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    raw = tmp_path / "raw"
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}", "--set", "wells=[B03]",
+                       "--set", "grid=[2,3]", "--set", "z_planes=4", "--set", "channels=2", "--set", "shape=[16,24]")
+    assert code == 0, err
+    ns = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
+    ours = ET.parse(raw / "MeasurementDetail.mrf").getroot()
+    real = ET.parse(CV / "metadata_files" / "MeasurementDetail.mrf").getroot()
+    assert set(real.attrib) <= set(ours.attrib), set(real.attrib) - set(ours.attrib)
+    plate_real, plate_ours = real.find(f"{ns}MeasurementSamplePlate"), ours.find(f"{ns}MeasurementSamplePlate")
+    assert set(plate_real.attrib) <= set(plate_ours.attrib)
+    channel_real = real.find(f"{ns}MeasurementChannel")
+    assert all(set(channel_real.attrib) <= set(c.attrib) for c in ours.findall(f"{ns}MeasurementChannel"))
+    assert ours.get(f"{ns}FieldCount") == "6" and ours.get(f"{ns}ZCount") == "4"
+    assert ours.get(f"{ns}RowCount") == "8" and ours.get(f"{ns}ColumnCount") == "12"

@@ -21,12 +21,40 @@ IMAGE_NAME = re.compile(r"_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.(tif|tiff|png)$
 WELL_IN_NAME = re.compile(r"_([A-Z]{1,2}\d{2,3}(?:\.[a-z]\d)?)_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.", re.I)
 
 
-def find_metadata(folder: Path, mlf: str | None, mrf: str | None) -> tuple[Path, Path]:
+MLF, MRF = "MeasurementData.mlf", "MeasurementDetail.mrf"
+MAX_DEPTH = 3  # CV8000 and exports put the measurement folder a level or two below what users point at
+
+
+def measurement_folder(folder: Path) -> Path:
+    """The folder holding MeasurementData.mlf: ``folder`` itself, or the one folder below it (at
+    most MAX_DEPTH levels) that has one; several are an error listing them."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputNotFoundError(f"{folder}: CellVoyager folder does not exist")
-    mlf_path = folder / (mlf or "MeasurementData.mlf")
-    mrf_path = folder / (mrf or "MeasurementDetail.mrf")
+    for depth in range(MAX_DEPTH + 1):
+        found = sorted({f.parent for f in folder.glob("/".join(["*"] * depth + [MLF])) if f.is_file()})
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listed = ", ".join(str(f.relative_to(folder)) for f in found[:5])
+            raise InputError(f"{folder}: {len(found)} measurement folders hold {MLF} ({listed}); give one of them "
+                             "as input")
+    raise InputNotFoundError(f"{folder / MLF}: CellVoyager mlf file not found here or {MAX_DEPTH} levels below "
+                             "(set params.mlf to its name if it is called otherwise)")
+
+
+def has_measurement(folder: Path) -> bool:
+    return any(next(iter(Path(folder).glob("/".join(["*"] * d + ["*.mlf"]))), None) for d in range(MAX_DEPTH + 1))
+
+
+def find_metadata(folder: Path, mlf: str | None, mrf: str | None) -> tuple[Path, Path]:
+    """(mlf, mrf): named ones relative to ``folder``; otherwise the measurement folder's, found
+    at any level below ``folder``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputNotFoundError(f"{folder}: CellVoyager folder does not exist")
+    mlf_path = folder / mlf if mlf else measurement_folder(folder) / MLF
+    mrf_path = folder / mrf if mrf else mlf_path.parent / MRF
     for path, what in ((mlf_path, "mlf"), (mrf_path, "mrf")):
         if not path.exists():
             raise InputNotFoundError(f"{path}: CellVoyager {what} file not found (set params.{what} "
@@ -132,6 +160,7 @@ def _image_file(folder: Path, name: str, mlf: Path) -> Path:
 
 def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = None) -> Acquisition:
     mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
+    folder = mlf_path.parent  # images sit beside the mlf
     detail = parse_mrf(mrf_path)
     records = parse_mlf(mlf_path)
     ch_ids = sorted({r["ch"] for r in records})

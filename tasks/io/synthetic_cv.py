@@ -76,17 +76,24 @@ def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: fl
 
 
 def mrf_text(plate: str, n_rows: int, n_cols: int, n_c: int, shape: tuple[int, int], pixel_um: float,
-             bit_depth: int) -> str:
+             bit_depth: int, n_fields: int = 1, n_z: int = 1) -> str:
+    """Every attribute a CV7000 (R1.17) writes, so instrument parsers (Fractal's among them)
+    accept the folder; the settings files it names (.mes, .wpi, .wpp) are not written."""
     channels = "\n".join(
         f'  <bts:MeasurementChannel bts:Ch="{ch}" bts:HorizontalPixelDimension="{pixel_um}" '
         f'bts:VerticalPixelDimension="{pixel_um}" bts:CameraNumber="{ch}" bts:InputBitDepth="{bit_depth}" '
         f'bts:InputLevel="1000" bts:HorizontalPixels="{shape[1]}" bts:VerticalPixels="{shape[0]}" '
-        f'bts:FilterWheelPosition="{ch}" bts:FilterPosition="1" bts:ShadingCorrectionSource="" />'
+        f'bts:FilterWheelPosition="{ch}" bts:FilterPosition="1" bts:ShadingCorrectionSource="SC_CH{ch:02d}.tif" />'
         for ch in range(1, n_c + 1))
+    name = escape(plate, {'"': "&quot;"})
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementDetail bts:Version="1.0" '
-            f'bts:Title="{escape(plate)}" bts:ColumnCount="{n_cols}" bts:RowCount="{n_rows}" '
-            f'bts:TimePointCount="1" bts:TargetSystem="CV7000 (synthetic)" xmlns:bts="{BTS}">\n'
-            f'  <bts:MeasurementSamplePlate bts:Name="{escape(plate)}" />\n{channels}\n</bts:MeasurementDetail>\n')
+            f'bts:OperatorName="zarrmill" bts:Title="{name}" bts:Application="" '
+            f'bts:BeginTime="2024-05-01T10:00:00.000000+00:00" bts:EndTime="2024-05-01T11:00:00.000000+00:00" '
+            f'bts:MeasurementSettingFileName="{name}.mes" bts:ColumnCount="{n_cols}" bts:RowCount="{n_rows}" '
+            f'bts:TimePointCount="1" bts:FieldCount="{n_fields}" bts:ZCount="{n_z}" '
+            f'bts:TargetSystem="CV7000 FD" bts:ReleaseNumber="R1.17.05" xmlns:bts="{BTS}">\n'
+            f'  <bts:MeasurementSamplePlate bts:Name="{name}" bts:WellPlateFileName="{name}.wpi" '
+            f'bts:WellPlateProductFileName="synthetic_{n_rows * n_cols}well.wpp" />\n{channels}\n</bts:MeasurementDetail>\n')
 
 
 def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], fs: FieldSpec) -> int:
