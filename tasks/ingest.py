@@ -1,6 +1,8 @@
-"""Ingest raw microscopy into OME-Zarr: CellVoyager plates, filename-pattern series, single files.
+"""Ingest raw microscopy into OME-Zarr: CellVoyager and ImageXpress plates, filename-pattern series, single files.
 
-- ``cellvoyager``: a Yokogawa CV7000/CV8000 measurement folder (MeasurementData.mlf + MeasurementDetail.mrf).
+- ``cellvoyager``: a Yokogawa CV7000/CV8000 measurement folder (MeasurementData.mlf + MeasurementDetail.mrf),
+  found up to three levels below input.
+- ``imagexpress``: a MetaXpress plate folder (.HTD, TimePoint_N/ZStep_N, MetaMorph tags; tasks/io/imagexpress.py).
 - ``pattern``: files named like ``{plate}_{well}_s{field}_w{channel}.tif`` (+ optional positions CSV).
 - ``image``: one TIFF / OME-TIFF / .npy volume -> one OME-Zarr image (not a plate).
 
@@ -32,6 +34,7 @@ from .io.arrays import (
     region_slices,
 )
 from .io.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
+from .io.imagexpress import find_htd, has_htd, list_files, read_imagexpress
 from .io.chunk_io import write_region
 from .io.hcs import (
     channel_windows,
@@ -59,8 +62,9 @@ IMAGE_UNIT_MB = 64
 class Params(TaskParams):
     input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
     output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
-    format: Literal["auto", "cellvoyager", "pattern", "image"] = Field(
-        "auto", description="auto: a folder with a .mlf is cellvoyager, one with `pattern` is pattern, a file is image")
+    format: Literal["auto", "cellvoyager", "imagexpress", "pattern", "image"] = Field(
+        "auto", description="auto: `pattern` given is pattern, a folder with an .HTD is imagexpress, one with a .mlf "
+        "is cellvoyager, a file is image")
     mlf: str | None = Field(None, description="cellvoyager: mlf file name (default MeasurementData.mlf)")
     mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
     pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
@@ -95,9 +99,11 @@ class Params(TaskParams):
             return "image"
         if self.pattern:
             return "pattern"
+        if path.is_dir() and has_htd(path):
+            return "imagexpress"
         if path.is_dir() and has_measurement(path):
             return "cellvoyager"
-        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, pattern, image)")
+        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, image)")
 
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
@@ -105,6 +111,8 @@ def read_acquisition(p: Params) -> Acquisition:
     fmt = p.resolved_format()
     if fmt == "cellvoyager":
         acq = read_cellvoyager(Path(p.input), p.mlf, p.mrf)
+    elif fmt == "imagexpress":
+        acq = _read_imagexpress(p)
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
@@ -114,6 +122,16 @@ def read_acquisition(p: Params) -> Acquisition:
         for ch, name in zip(acq.channels, p.channel_names):
             ch.label = name
     return acq
+
+
+def _read_imagexpress(p: Params) -> Acquisition:
+    files, _ = list_files(find_htd(Path(p.input)).parent)
+    if not files:
+        raise InputError(f"{p.input}: no ImageXpress images next to the .HTD file")
+    shape, dtype = plane_header(files[0].path)
+    px = (p.pixel_size[-2], p.pixel_size[-1]) if p.pixel_size else None
+    z_step = p.pixel_size[0] if p.pixel_size and len(p.pixel_size) == 3 else None
+    return read_imagexpress(Path(p.input), shape, dtype, px, z_step)
 
 
 def _read_pattern(p: Params, first: Path | None) -> Acquisition:
