@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from .io.atomic import atomic_write_json
+from .io.storage.atomic import atomic_write_json
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 

@@ -1,12 +1,12 @@
 """Compress arrays for fast random patch reads: Blosc2 ``.b2nd`` files (one per case, read with
-``blosc2.open(path, mmap_mode="r")`` or ``zarrmill.io.b2store.open_patches``) or a zarr v3 store with
+``blosc2.open(path, mmap_mode="r")`` or ``zarrmill.io.training.b2store.open_patches``) or a zarr v3 store with
 Blosc codecs that stock zarr-python and ome-zarr-py read (one OME-Zarr image per case,
 ``<output>/<case>/0``).
 
 Inputs: a .npy / TIFF file, a folder of them (one case per file, as nnU-Net keeps them), a zarr
 array or an OME-Zarr image (``level``). Axes stay as the input has them (channels first); the last
 ``len(patch)`` axes are spatial. Chunk and block shapes come from the training patch size
-(tasks/io/b2layout.py documents the rule; ``layout: nnunet`` or ``blosc2`` select the baselines,
+(tasks/io/training/b2layout.py documents the rule; ``layout: nnunet`` or ``blosc2`` select the baselines,
 ``chunks``/``blocks`` override). With ``codec: auto`` the codec, level and filter are chosen by trial
 on sampled chunks under ``policy`` and recorded in each output. Lossless: every slab written is read
 back and compared. One unit per case (b2nd) or per group of whole chunks (zarr)."""
@@ -21,7 +21,7 @@ import zarr
 from pydantic import Field, field_validator
 
 from .errors import ConfigError, InputError
-from .io.arrays import (
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -30,14 +30,14 @@ from .io.arrays import (
     open_for_write,
     region_slices,
 )
-from .io.atomic import atomic_write_json
-from .io.b2layout import nnunet_layout, patch_layout
-from .io.b2store import cparams, write_b2nd
-from .io.chunk_io import write_region
-from .io.codec_trial import Policy, choose, run_trials, sample_chunks
-from .io.ngff import WRITER_MODULES, Level, make_axes, write_image_metadata
-from .io.sources import Source, case_paths, describe, open_source
-from .io.subtrees import carry_subtrees
+from .io.storage.atomic import atomic_write_json
+from .io.training.b2layout import nnunet_layout, patch_layout
+from .io.training.b2store import cparams, write_b2nd
+from .io.storage.chunk_io import write_region
+from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
+from .io.ngff.metadata import WRITER_MODULES, Level, make_axes, write_image_metadata
+from .io.readers.sources import Source, case_paths, describe, open_source
+from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"

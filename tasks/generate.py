@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .io.arrays import (
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -19,9 +19,9 @@ from .io.arrays import (
     group_regions,
     open_for_write,
 )
-from .io.chunk_io import write_region
-from .io.ngff import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
-from .io.synthetic import Blobs, render, to_dtype
+from .io.storage.chunk_io import write_region
+from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
+from .io.synthetic.blobs import Blobs, render, to_dtype
 from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from .io.atomic import atomic_write_bytes
-from .io.synthetic_cv import (
+from .io.storage.atomic import atomic_write_bytes
+from .io.synthetic.cellvoyager import (
     FieldSpec,
     layout,
     mlf_text,

@@ -2,7 +2,7 @@
 
 - ``cellvoyager``: a Yokogawa CV7000/CV8000 measurement folder (MeasurementData.mlf + MeasurementDetail.mrf),
   found up to three levels below input.
-- ``imagexpress``: a MetaXpress plate folder (.HTD, TimePoint_N/ZStep_N, MetaMorph tags; tasks/io/imagexpress.py).
+- ``imagexpress``: a MetaXpress plate folder (.HTD, TimePoint_N/ZStep_N, MetaMorph tags; tasks/io/readers/imagexpress.py).
 - ``pattern``: files named like ``{plate}_{well}_s{field}_w{channel}.tif`` (+ optional positions CSV).
 - ``image``: one TIFF / OME-TIFF / .npy volume -> one OME-Zarr image (not a plate).
 
@@ -23,8 +23,8 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError, InputNotFoundError
-from .io.acquisition import Acquisition
-from .io.arrays import (
+from .io.ngff.acquisition import Acquisition
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -33,10 +33,10 @@ from .io.arrays import (
     open_for_write,
     region_slices,
 )
-from .io.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
-from .io.imagexpress import find_htd, has_htd, list_files, read_imagexpress
-from .io.chunk_io import write_region
-from .io.hcs import (
+from .io.readers.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
+from .io.readers.imagexpress import find_htd, has_htd, list_files, read_imagexpress
+from .io.storage.chunk_io import write_region
+from .io.ngff.hcs import (
     channel_windows,
     field_axes,
     field_levels,
@@ -47,10 +47,10 @@ from .io.hcs import (
     write_field_image,
     write_plate,
 )
-from .io.ngff import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
-from .io.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
-from .io.planes import plane_header, read_plane_into
-from .io.volume import open_volume
+from .io.ngff.metadata import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
+from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
+from .io.readers.planes import plane_header, read_plane_into
+from .io.readers.volume import open_volume
 from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
@@ -302,8 +302,8 @@ def _run_image_unit(p: Params, unit: Unit) -> int:
 
 
 def _finish_image(p: Params) -> None:
-    from .io.acquisition import Channel
-    from .io.hcs import omero
+    from .io.ngff.acquisition import Channel
+    from .io.ngff.hcs import omero
 
     spec, sizes, axes = _image_spec(p)
     scale = [sizes.get(a, 1.0) for a in axes]

@@ -2,9 +2,9 @@
 (cellfinder-style), random training patches (optional foreground oversampling), or a grid of
 overlapping tiles for inference.
 
-- ``points``: CSV / .npy / cellfinder XML (tasks/io/points.py). The cuboid is given in network
+- ``points``: CSV / .npy / cellfinder XML (tasks/io/readers/points.py). The cuboid is given in network
   voxels at ``network_voxel_size``; it is cut at the data resolution (the image's NGFF scale, or
-  ``voxel_size``) and resampled to the network size (tasks/io/cuboids.py documents centring,
+  ``voxel_size``) and resampled to the network size (tasks/io/training/cuboids.py documents centring,
   resampling and edges). Points that are NaN, outside the image or (``edge: drop``) too close to
   an edge are kept in the table as ``dropped`` with the reason.
 - ``random``: ``n_patches`` seeded uniform patches; with ``labels`` a fraction
@@ -31,10 +31,10 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
-from .io.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array
-from .io.atomic import atomic_write_bytes
-from .io.chunk_io import read_chunk, write_region
-from .io.cuboids import (
+from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array
+from .io.storage.atomic import atomic_write_bytes
+from .io.storage.chunk_io import read_chunk, write_region
+from .io.training.cuboids import (
     ChunkCache,
     cast,
     data_size,
@@ -43,9 +43,9 @@ from .io.cuboids import (
     read_padded,
     resample_linear,
 )
-from .io.ngff import check_dimensions, level_index, read_attrs, read_image
-from .io.points import read_points
-from .io.units import ngff_to_micrometer
+from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_image
+from .io.readers.points import read_points
+from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",

@@ -23,7 +23,7 @@ import zarr
 from pydantic import Field
 
 from .errors import InputError, OutputExistsError
-from .io.arrays import (
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -31,10 +31,10 @@ from .io.arrays import (
     open_for_write,
     open_input_array,
 )
-from .io.chunk_io import write_region
-from .io.downsample import downsample, out_shape
-from .io.layout import level_chunks, level_shards
-from .io.ngff import (
+from .io.storage.chunk_io import write_region
+from .io.storage.downsample import downsample, out_shape
+from .io.storage.layout import level_chunks, level_shards
+from .io.ngff.metadata import (
     WRITER_MODULES,
     ImageMeta,
     Level,

@@ -12,7 +12,7 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
-from .io.arrays import (
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -23,9 +23,9 @@ from .io.arrays import (
     region_nbytes,
     region_slices,
 )
-from .io.chunk_io import write_region
-from .io.subtrees import carry_subtrees
-from .io.ngff import (
+from .io.storage.chunk_io import write_region
+from .io.storage.subtrees import carry_subtrees
+from .io.ngff.metadata import (
     NGFF_FORMATS,
     ImageMeta,
     NgffVersion,

@@ -3,7 +3,7 @@ placed by its physical coordinates, plus an optional low-resolution plate overvi
 
 Per well, a new image (``image_name``, default ``well``) holds every FOV at its position (any
 layout: 1x4, 2x2, 9x8, irregular; gaps are zero; overlaps follow ``overlap``, see
-tasks/io/placement.py), for every channel, z and time point, with FOV and well ROI tables (AnnData,
+tasks/io/ngff/placement.py), for every channel, z and time point, with FOV and well ROI tables (AnnData,
 as Fractal and ngio write them) to find each FOV again. Level 0 chunks divide the FOV size and,
 on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
 ``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
@@ -30,7 +30,7 @@ from pydantic import Field, field_validator, model_validator
 
 from . import pyramid
 from .errors import InputError
-from .io.arrays import (
+from .io.storage.arrays import (
     ArraySpec,
     Codec,
     ensure_array,
@@ -39,11 +39,11 @@ from .io.arrays import (
     open_for_write,
     open_input_array,
 )
-from .io.chunk_io import write_region
-from .io.fov_table import table_rows, well_row, write_roi_tables
-from .io.hcs import split_side
-from .io.layout import level_shards
-from .io.ngff import (
+from .io.storage.chunk_io import write_region
+from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
+from .io.ngff.hcs import split_side
+from .io.storage.layout import level_shards
+from .io.ngff.metadata import (
     NGFF_FORMATS,
     WRITER_MODULES,
     ImageMeta,
@@ -55,8 +55,8 @@ from .io.ngff import (
     read_image,
     write_image_metadata,
 )
-from .io.overview import OverviewLayout, overview_layout
-from .io.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
+from .io.ngff.overview import OverviewLayout, overview_layout
+from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"

@@ -19,12 +19,12 @@ import numpy as np
 import yaml
 from pydantic import Field
 
-from .io.b2layout import nnunet_layout, patch_layout
-from .io.b2store import cparams, write_b2nd
-from .io.codec_trial import Policy
-from .io.guard import OutputGuard
-from .io.patch_bench import patch_throughput
-from .io.sources import case_paths, open_source
+from .io.training.b2layout import nnunet_layout, patch_layout
+from .io.training.b2store import cparams, write_b2nd
+from .io.training.codec_trial import Policy
+from .io.storage.guard import OutputGuard
+from .io.training.patch_bench import patch_throughput
+from .io.readers.sources import case_paths, open_source
 from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]

@@ -22,7 +22,7 @@ import zarr
 from adversarial_world import build_world, changes, copy_world, set_json, snapshot
 from conftest import zarrmill_subprocess
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.commands import ledger_problems
 
 # task -> parameters besides output (paths relative to the world's cwd)
@@ -107,7 +107,7 @@ def test_unsafe_output_is_refused_and_nothing_changes(cli, world, task, output, 
 
 def test_root_is_refused_by_the_guard_itself():
     from zarrmill.errors import UnsafeOutputError
-    from zarrmill.io.guard import OutputGuard
+    from zarrmill.io.storage.guard import OutputGuard
 
     for root in ("/", "/.", "//"):
         with pytest.raises(UnsafeOutputError, match="refusing to write here"):
@@ -118,7 +118,7 @@ def test_root_is_refused_by_the_guard_itself():
 
 def test_deletion_refuses_the_current_folder_and_home_even_when_owned(world):
     from zarrmill.errors import UnsafeOutputError
-    from zarrmill.io.guard import OutputGuard
+    from zarrmill.io.storage.guard import OutputGuard
 
     for folder in (world / "cwd", world / "home", world):
         (folder / ".zarrmill").mkdir(exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 from hcs_fixtures import CV
 
 from zarrmill.errors import InputError, InputNotFoundError
-from zarrmill.io.cellvoyager import read_cellvoyager
+from zarrmill.io.readers.cellvoyager import read_cellvoyager
 
 MULTIZ = "metadata_files/MeasurementData_SingleWell2Sites_MultiZ.mlf"
 DETAIL = "metadata_files/MeasurementDetail.mrf"

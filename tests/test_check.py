@@ -7,7 +7,7 @@ import zarr
 from conftest import DATA
 from helpers import generate_step, write_workflow
 
-from zarrmill.io.conformance import SCHEMA_DIR, check_store, validator
+from zarrmill.io.ngff.conformance import SCHEMA_DIR, check_store, validator
 
 NGFF = DATA / "ngff"
 

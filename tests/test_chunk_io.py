@@ -10,8 +10,8 @@ import pytest
 import zarr
 from numcodecs import Blosc
 
-from zarrmill.io.arrays import open_for_write
-from zarrmill.io.chunk_io import _layout_of, read_chunk, write_region
+from zarrmill.io.storage.arrays import open_for_write
+from zarrmill.io.storage.chunk_io import _layout_of, read_chunk, write_region
 
 
 def _files(root: Path) -> dict[str, bytes]:

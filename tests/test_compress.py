@@ -9,14 +9,14 @@ import pytest
 import yaml
 import zarr
 
-from zarrmill.io.b2layout import (
+from zarrmill.io.training.b2layout import (
     MAX_BLOCK,
     MAX_CHUNK,
     bytes_touched_factor,
     nnunet_layout,
     patch_layout,
 )
-from zarrmill.io.b2store import open_patches
+from zarrmill.io.training.b2store import open_patches
 
 
 def compress(cli, *sets):

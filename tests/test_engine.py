@@ -167,7 +167,7 @@ def test_a_failing_unit_is_one_line_on_every_executor_with_the_traceback_in_the_
 
 def test_fingerprints_hash_metadata_not_chunks(tmp_path):
     """A rerun reads every small metadata file, never the chunks of a large input."""
-    from zarrmill.io.fingerprint import fingerprint
+    from zarrmill.io.storage.fingerprint import fingerprint
 
     (tmp_path / "zarr.json").write_text("{}")
     (tmp_path / "c").mkdir()

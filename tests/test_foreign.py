@@ -12,7 +12,7 @@ import zarr
 from fractal_fixture import fractal_plate
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 
 
 def run(cli, task: str, *sets: str) -> str:

@@ -13,7 +13,7 @@ import tifffile
 import zarr
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 
 PIXEL = 0.65
 SITES = {1: (1000.0, 2000.0), 2: (1000.0 + 40 * PIXEL, 2000.0)}  # site -> stage x, y (um): side by side

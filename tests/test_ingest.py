@@ -9,8 +9,8 @@ import zarr
 from hcs_fixtures import cellvoyager_folder, copy_png_folder
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
-from zarrmill.io.planes import read_plane
+from zarrmill.io.ngff.conformance import check_store
+from zarrmill.io.readers.planes import read_plane
 
 SMALL = (54, 64)
 VARIANTS = {
@@ -40,8 +40,8 @@ def field_arrays(plate: Path):
 
 
 def assert_round_trip(plate: Path, folder: Path):
-    from zarrmill.io.cellvoyager import read_cellvoyager
-    from zarrmill.io.hcs import field_path
+    from zarrmill.io.readers.cellvoyager import read_cellvoyager
+    from zarrmill.io.ngff.hcs import field_path
 
     acq = read_cellvoyager(folder)
     checked = 0
@@ -259,7 +259,7 @@ def test_read_plane_into_raw_compressed_truncated_and_mismatched(tmp_path):
     import tifffile
 
     from zarrmill.errors import InputError
-    from zarrmill.io.planes import _read_raw_tiff, read_plane_into
+    from zarrmill.io.readers.planes import _read_raw_tiff, read_plane_into
 
     plane = np.arange(37 * 53, dtype="uint16").reshape(37, 53)
     tifffile.imwrite(tmp_path / "raw.tif", plane)

@@ -75,8 +75,8 @@ def test_plain_install_imports_as_zarrmill_beside_a_users_own_tasks(tmp_path):
     (user / "tasks" / "__init__.py").write_text("raise ImportError('the user own tasks package')\n")
     (user / "tasks.py").write_text("raise ImportError('the user own tasks.py')\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    code = ("from zarrmill.io.b2store import open_patches\n"
-            "from zarrmill.io.patch_dataset import PatchDataset\n"
+    code = ("from zarrmill.io.training.b2store import open_patches\n"
+            "from zarrmill.io.training.patch_dataset import PatchDataset\n"
             "import zarrmill, pathlib\n"
             "assert 'site-packages' in zarrmill.__file__, zarrmill.__file__\n"
             "print('ok', zarrmill.__version__)\n")

@@ -131,7 +131,7 @@ def test_bookkeeping_removal_refuses_what_is_not_zarrmills(tmp_path, monkeypatch
     """Ledger records, locks and run folders go through the output guard: outside a .zarrmill
     folder or a marked folder nothing is removed."""
     from zarrmill.errors import UnsafeOutputError
-    from zarrmill.io.guard import remove_bookkeeping
+    from zarrmill.io.storage.guard import remove_bookkeeping
 
     user = tmp_path / "my-data"
     user.mkdir()

@@ -11,8 +11,8 @@ import pytest
 import zarr
 from helpers import write_workflow
 
-from zarrmill.io.patch_dataset import PatchDataset
-from zarrmill.io.points import write_cellfinder_xml
+from zarrmill.io.training.patch_dataset import PatchDataset
+from zarrmill.io.readers.points import write_cellfinder_xml
 
 SHAPE = (23, 41, 37)  # z, y, x: odd on purpose
 

@@ -11,7 +11,7 @@ import pytest
 import tifffile
 import zarr
 
-from zarrmill.io.pattern import compile_pattern
+from zarrmill.io.readers.pattern import compile_pattern
 
 
 def ingest(cli, raw: Path, out: Path, pattern: str, *extra: str) -> tuple[int, str]:

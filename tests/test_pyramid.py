@@ -11,7 +11,7 @@ from conftest import tree_digest
 from helpers import write_workflow
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 
 
 def make_image(cli, path: Path, shape, axes, dtype="uint16", kind="blobs", chunks=None, version="0.5",

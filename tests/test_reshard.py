@@ -10,9 +10,9 @@ import zarr
 from hcs_fixtures import cellvoyager_folder
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
-from zarrmill.io.fov_table import read_fov, read_fov_table
-from zarrmill.io.planes import read_plane
+from zarrmill.io.ngff.conformance import check_store
+from zarrmill.io.ngff.fov_table import read_fov, read_fov_table
+from zarrmill.io.readers.planes import read_plane
 
 
 def run(cli, task, *sets, extra=()):

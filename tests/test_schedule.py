@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.history import History
 from zarrmill.runtime.provenance import read_provenance
 

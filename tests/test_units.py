@@ -11,8 +11,8 @@ import tifffile
 import zarr
 from ngff_official import validate_store
 
-from zarrmill.io.conformance import check_store
-from zarrmill.io.units import SPACE_UM, TIME_S
+from zarrmill.io.ngff.conformance import check_store
+from zarrmill.io.ngff.units import SPACE_UM, TIME_S
 
 
 def run(cli, task: str, *sets: str) -> tuple[int, str]:

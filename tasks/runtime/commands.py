@@ -192,7 +192,7 @@ def provenance_lines(prov: dict) -> list[str]:
 
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..io.conformance import check_store
+    from ..io.ngff.conformance import check_store
 
     store = Path(args.store)
     problems, checked = check_store(store)

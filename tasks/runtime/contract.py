@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..io.guard import OutputGuard
+from ..io.storage.guard import OutputGuard
 
 Unit = dict[str, Any]
 # sizes, shapes, chunks: every entry at least 1 (0 or negative ended in tracebacks deep in zarr)

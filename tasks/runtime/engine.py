@@ -20,8 +20,8 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from ..errors import OutputExistsError, OutputLockedError, StepFailedError, UnitError, ZarrmillError
-from ..io.fingerprint import changed_files, describe_changes, fingerprint
-from ..io.guard import OutputGuard
+from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
+from ..io.storage.guard import OutputGuard
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import Ledger, StepRecord, diff_params, params_hash
 from .locks import DatasetLock, Locked

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from ..io.atomic import atomic_write_json
+from ..io.storage.atomic import atomic_write_json
 
 STATE_MARKER = ".zarrmill-state"  # one of the output guard's BOOKKEEPING_MARKERS
 

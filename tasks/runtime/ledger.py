@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..io.atomic import atomic_write_json, canonical_json, read_json
-from ..io.guard import remove_bookkeeping
+from ..io.storage.atomic import atomic_write_json, canonical_json, read_json
+from ..io.storage.guard import remove_bookkeeping
 
 LEDGER_DIR = ".zarrmill"
 FLUSH_EVERY_S = 1.0

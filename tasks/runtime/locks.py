@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..io.guard import remove_bookkeeping
+from ..io.storage.guard import remove_bookkeeping
 
 log = logging.getLogger("zarrmill.locks")
 UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock file is given before it counts as stale

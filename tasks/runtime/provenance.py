@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..io.atomic import atomic_write_json
+from ..io.storage.atomic import atomic_write_json
 
 SIDE_FILE = "zarrmill-provenance.json"
 

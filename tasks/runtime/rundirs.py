@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from ..io.guard import remove_bookkeeping
+from ..io.storage.guard import remove_bookkeeping
 
 MARKER = ".zarrmill-run"  # one of the output guard's BOOKKEEPING_MARKERS
 

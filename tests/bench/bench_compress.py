@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from measure import run_measured, table, zarrmill
 
-from zarrmill.io.patch_bench import patch_throughput
-from zarrmill.io.synthetic import Blobs, render, to_dtype
+from zarrmill.io.training.patch_bench import patch_throughput
+from zarrmill.io.synthetic.blobs import Blobs, render, to_dtype
 
 METHODS = {
     "blosc2 defaults": ["layout=blosc2", "codec=zstd", "clevel=5", "filter=shuffle"],

@@ -35,8 +35,8 @@ print("compressed bytes", out)
 NAIVE = """
 import numpy as np, tifffile, zarr
 from ome_zarr.writer import write_image
-from zarrmill.io.cellvoyager import read_cellvoyager
-from zarrmill.io.hcs import field_path
+from zarrmill.io.readers.cellvoyager import read_cellvoyager
+from zarrmill.io.ngff.hcs import field_path
 acq = read_cellvoyager({folder!r})
 for (r, c, f), planes in acq.fields().items():
     stack = np.zeros((acq.n_c, acq.n_z) + acq.image_shape_yx, dtype=acq.dtype)

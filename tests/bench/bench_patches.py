@@ -84,7 +84,7 @@ def bench_volume(work: Path, shape, chunks, n_points: int) -> list[tuple]:
 def bench_dataset(work: Path, n: int = 2000) -> list[tuple]:
     import tifffile
 
-    from zarrmill.io.patch_dataset import PatchDataset
+    from zarrmill.io.training.patch_dataset import PatchDataset
 
     ds = PatchDataset(work / "patches.zarr")
     tif_dir = work / "cuboids"

@@ -6,7 +6,7 @@ import time
 import pytest
 from conftest import REPO
 
-from zarrmill.io.conformance import check_store
+from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.history import History
 
 pytestmark = pytest.mark.slurm

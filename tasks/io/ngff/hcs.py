@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 
 from .acquisition import Acquisition, Channel, Plane, col_name, row_name
-from .ngff import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
+from .metadata import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
 
 MAX_CHUNK_SIDE = 1280
 

@@ -4,7 +4,7 @@ writes micrometer and second; it reads any listed unit and converts where it com
 (OME-TIFF pixel sizes, patch voxel sizes). An unknown unit is an error naming it, never a silent 1."""
 from __future__ import annotations
 
-from ..errors import InputError
+from ...errors import InputError
 
 _SI = {"yotta": 1e24, "zetta": 1e21, "exa": 1e18, "peta": 1e15, "tera": 1e12, "giga": 1e9, "mega": 1e6,
        "kilo": 1e3, "hecto": 1e2, "deca": 1e1, "": 1.0, "deci": 1e-1, "centi": 1e-2, "milli": 1e-3,

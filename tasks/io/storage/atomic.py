@@ -43,7 +43,7 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def read_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file; a damaged one (truncated, binary, hand-edited) is one error naming the file and
     where it breaks."""
-    from ..errors import InputError
+    from ...errors import InputError
 
     try:
         with open(path, "rb") as fh:

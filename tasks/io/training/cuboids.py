@@ -52,7 +52,7 @@ def resample_linear(x: np.ndarray, out_shape: Sequence[int]) -> np.ndarray:
 
 
 def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    from .downsample import cast_like
+    from ..storage.downsample import cast_like
 
     return cast_like(values, dtype)
 

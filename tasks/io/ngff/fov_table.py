@@ -113,7 +113,7 @@ def read_fov_table(image: Path) -> list[dict[str, Any]]:
 def read_fov(image: Path, name: str, level: str = "0") -> np.ndarray:
     """The inverse view: one FOV's pixels cut back out of a well image through its FOV table
     (level 0 positions)."""
-    from .ngff import read_image
+    from .metadata import read_image
 
     row = next((r for r in read_fov_table(image) if r["FieldIndex"] == name), None)
     if row is None:

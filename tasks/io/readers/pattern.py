@@ -19,8 +19,8 @@ import re
 from itertools import product
 from pathlib import Path
 
-from ..errors import ConfigError, InputError, InputNotFoundError
-from .acquisition import Acquisition, Channel, Plane, row_index, row_name
+from ...errors import ConfigError, InputError, InputNotFoundError
+from ..ngff.acquisition import Acquisition, Channel, Plane, row_index, row_name
 
 PLACEHOLDERS = {
     "plate": r"[^/]+?", "well": r"[A-Za-z]{1,2}\d{1,3}", "row": r"[A-Za-z]{1,2}", "col": r"\d{1,3}",

@@ -10,8 +10,8 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from .acquisition import row_index
-from .synthetic import Blobs, render, to_dtype
+from ..ngff.acquisition import row_index
+from .blobs import Blobs, render, to_dtype
 
 BTS = "http://www.yokogawa.co.jp/BTS/BTSSchema/1.0"
 

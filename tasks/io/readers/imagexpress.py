@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, InputNotFoundError
-from .acquisition import Acquisition, Channel, Plane, row_index
+from ...errors import InputError, InputNotFoundError
+from ..ngff.acquisition import Acquisition, Channel, Plane, row_index
 
 UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 # wave is one digit: the UUID that may follow starts with hex digits too

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, InputNotFoundError
-from .foreign import warn_once
-from .units import ome_length_to_micrometer
+from ...errors import InputError, InputNotFoundError
+from ..ngff.foreign import warn_once
+from ..ngff.units import ome_length_to_micrometer
 
 TIFF_AXES = {"T": "t", "C": "c", "S": "c", "Z": "z", "Y": "y", "X": "x", "Q": "z", "I": "z"}
 ORDER = "tczyx"

@@ -17,7 +17,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from .downsample import cast_like
+from ..storage.downsample import cast_like
 
 Policy = Literal["first", "last", "mean", "shift"]
 MAX_SHIFT_ROUNDS = 10_000

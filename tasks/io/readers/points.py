@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, InputNotFoundError
+from ...errors import InputError, InputNotFoundError
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import InputError, InputNotFoundError
-from .arrays import open_input_array
+from ...errors import InputError, InputNotFoundError
+from ..storage.arrays import open_input_array
 
 SUPPORTED_KINDS = "biuf"
 
@@ -27,8 +27,8 @@ class Source:
 
 
 def _zarr_source(path: Path, level: int) -> Source:
-    from .ngff import check_dimensions, level_index, read_attrs, read_image
-    from .units import ngff_to_micrometer
+    from ..ngff.metadata import check_dimensions, level_index, read_attrs, read_image
+    from ..ngff.units import ngff_to_micrometer
 
     attrs, _ = read_attrs(path)
     if "multiscales" in attrs:

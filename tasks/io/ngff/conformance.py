@@ -2,7 +2,7 @@
 group declares) and check what the schemas cannot express: referenced arrays exist, dimensions
 match axes, one dtype across levels, level shapes follow the scale factors, well paths match the
 plate's rows/columns, shards are whole multiples of chunks; then that ome-zarr-py's Reader opens the
-store and each well (tasks/io/reader_check.py). (Unfinished zarrmill steps are the
+store and each well (tasks/io/ngff/reader_check.py). (Unfinished zarrmill steps are the
 runtime's part of ``zarrmill check``.)"""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from ..errors import InputError
-from .ngff import transform_values
+from ...errors import InputError
+from .metadata import transform_values
 from .reader_check import reader_problems
 
 SCHEMA_DIR = Path(__file__).with_name("ngff_schemas")

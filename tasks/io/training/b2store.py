@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ...errors import InputError
 
 SLAB_BYTES = 64 * 2**20
 

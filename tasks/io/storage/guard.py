@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
+from ...errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 
 MARKER_DIR = ".zarrmill"
 OWNER_FILE = "owner.json"

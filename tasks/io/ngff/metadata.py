@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal
 import zarr
 from pydantic import BeforeValidator
 
-from ..errors import InputError, InputNotFoundError
-from .atomic import read_json
+from ...errors import InputError, InputNotFoundError
+from ..storage.atomic import read_json
 from .foreign import clean_omero
-from .guard import inside
+from ..storage.guard import inside
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.

@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import InputError, InputNotFoundError
-from .acquisition import Acquisition, Channel, Plane
-from .guard import inside
+from ...errors import InputError, InputNotFoundError
+from ..ngff.acquisition import Acquisition, Channel, Plane
+from ..storage.guard import inside
 
 NS = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
 IMAGE_NAME = re.compile(r"_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.(tif|tiff|png)$", re.I)

@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
+from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json
 from .guard import OutputGuard
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, InputNotFoundError
+from ...errors import InputError, InputNotFoundError
 
 PNG = {".png"}
 

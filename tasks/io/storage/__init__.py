@@ -1,0 +1,1 @@
+"""Storage: arrays, whole-chunk I/O, atomic writes, the output guard, input fingerprints."""

@@ -1,0 +1,1 @@
+"""Synthetic data for demos, tests and benchmarks: blob images, CellVoyager folders."""

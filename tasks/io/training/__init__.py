@@ -1,0 +1,1 @@
+"""Training stores: Blosc2 layouts and codec trials, cuboids, the patch dataset."""
