@@ -1,0 +1,141 @@
+"""Add a label mask (segmentation: TIFF / OME-TIFF / .npy, integers) to an OME-Zarr image, or to
+one field of a plate, as ``<image>/labels/<name>``: the NGFF label layout that ome-zarr-py,
+napari, ngio and Fractal read.
+
+The mask must have the image's shape on every axis but channels (a 2-D mask for a y/x image, a
+z/y/x mask for a z-stack, with t where the image has t). Level 0 takes the image's level-0 scale
+and translation, so the label lies on its pixels; lower levels are built with ``mode`` (the most
+common label of each block; a mean would invent labels) down to ``min_size``. Metadata comes last:
+the label image, then ``image-label`` (source: the image) and the ``labels`` list of the image,
+which gains the name. A name already there that zarrmill did not write is never replaced."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import zarr
+from pydantic import Field, field_validator
+
+from . import pyramid
+from .errors import InputError, OutputExistsError
+from .io.ngff.metadata import (
+    NGFF_FORMATS,
+    ImageMeta,
+    Level,
+    read_attrs,
+    read_image,
+    update_ngff_attrs,
+    write_image_metadata,
+)
+from .io.readers.volume import open_volume
+from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
+from .runtime.contract import PlanContext, TaskParams, Unit
+
+UNIT_MB = 64
+
+
+class Params(TaskParams):
+    input: str = Field(description="label mask: TIFF / OME-TIFF / .npy of integers")
+    image: str = Field(description="OME-Zarr image (or plate field, e.g. plate.zarr/B/03/0) the mask labels")
+    name: str = Field("cells", description="label name: written to <image>/labels/<name> (letters, digits, - _)")
+    axes: str | None = Field(None, description="axes of the mask file, when it does not say (e.g. 'zyx')")
+    min_size: int = Field(64, ge=1, description="pyramid: stop once a level's largest y/x side is at most this")
+    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=5, shuffle="bitshuffle"))
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if not v or not all(c.isalnum() or c in "-_" for c in v):
+            raise ValueError("name must be letters, digits, '-' or '_' (it becomes a folder name)")
+        return v
+
+    def input_paths(self) -> list[Path]:
+        return [Path(self.input), Path(self.image)]
+
+    def ledger_root(self) -> Path:
+        return Path(self.image)
+
+    def output_path(self) -> Path:
+        return Path(self.image)
+
+    def writes_in_place(self) -> bool:
+        return True  # adds labels/<name> to the image; never touches its arrays
+
+    def label_path(self) -> str:
+        return f"labels/{self.name}"
+
+    def pyramid_params(self) -> pyramid.Params:
+        return pyramid.Params(input=self.image, method="mode", z_factor="auto", min_size=self.min_size,
+                              codec=self.codec)
+
+
+def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
+    """The label image's metadata (level 0 only) and its level-0 array, checked against the image."""
+    image = read_image(Path(p.image))
+    arr = open_input_array(Path(p.image) / image.levels[0].path)
+    keep = [i for i, a in enumerate(image.axis_names) if a != "c"]
+    names = "".join(image.axis_names[i] for i in keep)
+    vol = open_volume(p.input, p.axes)
+    try:
+        axes, shape, dtype = vol.axes, vol.shape, vol.dtype
+    finally:
+        vol.close()
+    if axes != names or shape != tuple(arr.shape[i] for i in keep):
+        raise InputError(f"{p.input}: mask {axes} {list(shape)} does not match image {p.image}, which needs "
+                         f"{names} {[arr.shape[i] for i in keep]} (its axes without c); give axes or the right mask")
+    if dtype.kind not in "iub":
+        raise InputError(f"{p.input}: a label mask holds integers; this one is {dtype}")
+    level0 = image.levels[0]
+    translation = [level0.translation[i] for i in keep] if level0.translation else None
+    meta = ImageMeta(Path(p.image) / p.label_path(), image.version, [image.axes[i] for i in keep],
+                     [Level("0", [level0.scale[i] for i in keep], translation)],
+                     {"multiscales": [{}], "image-label": {}})
+    chunks = tuple(min(s, 64) if a == "z" else (1 if a == "t" else min(s, 512)) for a, s in zip(names, shape))
+    dtype = np.dtype("uint8") if dtype.kind == "b" else dtype
+    return meta, ArraySpec(shape, str(dtype), chunks, None, p.codec, NGFF_FORMATS[image.version], tuple(names))
+
+
+def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    meta, spec = _label_meta(p)
+    root = Path(p.image)
+    target = root / p.label_path()
+    if target.exists() and ctx.guard is not None and not ctx.guard.may_replace(target):
+        raise OutputExistsError(f"{target}: a label image zarrmill did not create (not created by zarrmill); "
+                                "choose another name")
+    for part in ("labels", p.label_path()):
+        ensure_group(root / part, spec.zarr_format, ctx)
+    ensure_array(root / p.label_path(), "0", spec, ctx)
+    units: list[Unit] = [{"id": f"0:{i}", "stage": 0, "region": [list(r) for r in reg]} for i, reg in
+                         enumerate(group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, UNIT_MB * 2**20))]
+    return units + pyramid.plan_image_levels(p.pyramid_params(), root, p.label_path(), meta, ctx)
+
+
+def run_unit(p: Params, unit: Unit) -> int:
+    if "dst" in unit:
+        return pyramid.run_level_unit(Path(p.image), unit)
+    vol = open_volume(p.input, p.axes)
+    try:
+        data = vol.read([tuple(r) for r in unit["region"]])
+    finally:
+        vol.close()
+    dst = open_for_write(Path(p.image) / p.label_path() / "0")
+    dst[tuple(slice(a, b) for a, b in unit["region"])] = data.astype(dst.dtype, copy=False)
+    return data.nbytes
+
+
+def finish(p: Params, ctx: PlanContext) -> None:
+    meta, spec = _label_meta(p)
+    root = Path(p.image) / p.label_path()
+    levels = pyramid.pyramid_levels(p.pyramid_params(), meta, spec.shape)
+    # 0.5 keeps the version once, in "ome"; 0.4 repeats it in image-label
+    label = {"source": {"image": "../../"}, **({"version": "0.4"} if meta.version == "0.4" else {})}
+    write_image_metadata(root, meta.version, meta.axes, levels, name=p.name, extra={"image-label": label})
+    labels_attrs, _ = read_attrs(Path(p.image) / "labels")
+    names = sorted(set(labels_attrs.get("labels", [])) | {p.name})
+    group = zarr.open_group(str(Path(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
+    update_ngff_attrs(group, meta.version, {"labels": names, **({"version": "0.5"} if meta.version == "0.5" else {})})
+
+
+def describe_unit(unit: Unit) -> str:
+    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
+    return f"level {unit.get('dst', '0')} region {where}"
