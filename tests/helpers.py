@@ -27,3 +27,12 @@ def rechunk_step(src: Path, dst: Path, needs=("gen",), **extra) -> dict:
               "shards": [1, 8, 32, 32], "unit_mb": 0.02}
     params.update(extra)
     return {"task": "rechunk", "needs": list(needs), "params": params}
+
+
+def run_task(cli, task: str, *sets: str) -> tuple[int, str]:
+    """``zarrmill task TASK --executor sync --set ...`` in-process: (exit code, stderr)."""
+    args = ["task", task, "--executor", "sync"]
+    for s in sets:
+        args += ["--set", s]
+    code, _, err = cli(*args)
+    return code, err

@@ -10,17 +10,12 @@ import numpy as np
 import pytest
 import zarr
 from adversarial_world import changes, snapshot
+from helpers import run_task as run
 from ngff_official import validate_store
 
 from zarrmill.io.ngff.conformance import check_store
 
 
-def run(cli, task: str, *sets: str) -> tuple[int, str]:
-    args = ["task", task, "--executor", "sync"]
-    for s in sets:
-        args += ["--set", s]
-    code, _, err = cli(*args)
-    return code, err
 
 
 def mask(shape: tuple[int, ...]) -> np.ndarray:

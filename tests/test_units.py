@@ -9,18 +9,13 @@ import numpy as np
 import pytest
 import tifffile
 import zarr
+from helpers import run_task as run
 from ngff_official import validate_store
 
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.io.ngff.units import SPACE_UM, TIME_S
 
 
-def run(cli, task: str, *sets: str) -> tuple[int, str]:
-    args = ["task", task, "--executor", "sync"]
-    for s in sets:
-        args += ["--set", s]
-    code, _, err = cli(*args)
-    return code, err
 
 
 def ome(store: Path) -> dict:
