@@ -119,3 +119,17 @@ def test_compress_to_zarr_keeps_a_fractal_images_tables(cli, plate, tmp_path):
     assert set(container.list_tables()) == {"FOV_ROI_table", "well_ROI_table"}
     fov = container.get_table("FOV_ROI_table").get("1")
     np.testing.assert_array_equal(np.squeeze(container.get_image().get_roi(fov)), pixels["B/05"][..., :48])
+
+
+def test_outputs_from_a_fractal_plate_open_in_every_reader(cli, plate, tmp_path):
+    from test_readers import READERS
+
+    path, pixels = plate
+    run(cli, "reshard", f"input={path}", "min_size=8")
+    copy = tmp_path / "copy.zarr"
+    run(cli, "rechunk", f"input={path / 'B' / '05' / '0'}", f"output={copy}")
+    for name, reader in READERS.items():
+        np.testing.assert_array_equal(np.squeeze(reader(copy)), np.squeeze(pixels["B/05"]), err_msg=name)
+        for well, data in pixels.items():
+            got = reader(tmp_path / "fractal-wells.zarr" / well / "well")
+            np.testing.assert_array_equal(np.squeeze(got), np.squeeze(data), err_msg=f"{name} {well}")

@@ -140,18 +140,28 @@ def read_bioio(path: Path) -> np.ndarray:
     return np.asarray(Reader(str(path)).data)
 
 
-def read_ome_zarr_models(path: Path) -> np.ndarray:
-    from ome_zarr_models import open_ome_zarr
-    from ome_zarr_models.v04.image import Image as Image04
-    from ome_zarr_models.v04.image_label import ImageLabel as Label04
-    from ome_zarr_models.v05.image import Image as Image05
-    from ome_zarr_models.v05.image_label import ImageLabel as Label05
+MODELS_SCRIPT = """
+import json, sys, zarr
+from ome_zarr_models import open_ome_zarr
+from ome_zarr_models.v04.image import Image as I4
+from ome_zarr_models.v04.image_label import ImageLabel as L4
+model = open_ome_zarr(zarr.open_group(sys.argv[1], mode="r"))
+attrs = model.attributes if isinstance(model, (I4, L4)) else getattr(model, "ome_attributes", None)
+path = attrs.multiscales[0].datasets[0].path if hasattr(attrs, "multiscales") else None
+print(json.dumps([type(model).__name__, path]))
+"""
 
-    group = zarr.open_group(str(path), mode="r")
-    model = open_ome_zarr(group)
-    assert isinstance(model, (Image04, Image05, Label04, Label05)), type(model)
-    attrs = model.attributes if isinstance(model, (Image04, Label04)) else model.ome_attributes
-    return np.asarray(group[attrs.multiscales[0].datasets[0].path])
+
+def read_ome_zarr_models(path: Path) -> np.ndarray:
+    """In a fresh process: once ngio has opened a zarr v2 image with AnnData tables, ome-zarr-models
+    in the same process rejects v2 arrays it otherwise accepts (a clash of the two libraries)."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", MODELS_SCRIPT, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kind, first = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert kind in ("Image", "ImageLabel"), kind
+    return np.asarray(zarr.open_group(str(path), mode="r")[first])
 
 
 READERS = {"ome-zarr-py": read_ome_zarr, "napari-ome-zarr": read_napari, "ngio": read_ngio,
