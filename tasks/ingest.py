@@ -49,7 +49,8 @@ from .io.ngff.hcs import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
-from .io.readers.planes import plane_header, read_plane_into
+from .io.readers.scenes import is_multi_scene, read_scenes
+from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
 from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
@@ -62,9 +63,10 @@ IMAGE_UNIT_MB = 64
 class Params(TaskParams):
     input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
     output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
-    format: Literal["auto", "cellvoyager", "imagexpress", "pattern", "image"] = Field(
+    format: Literal["auto", "cellvoyager", "imagexpress", "pattern", "scenes", "image"] = Field(
         "auto", description="auto: `pattern` given is pattern, a folder with an .HTD is imagexpress, one with a .mlf "
-        "is cellvoyager, a file is image")
+        "is cellvoyager; a file is scenes (a plate of its scenes, through bioio) if it is CZI/ND2/LIF/... or an "
+        "OME-TIFF of several series, else image")
     mlf: str | None = Field(None, description="cellvoyager: mlf file name (default MeasurementData.mlf)")
     mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
     pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
@@ -96,14 +98,14 @@ class Params(TaskParams):
         if not path.exists():
             raise InputNotFoundError(f"{self.input}: input does not exist")
         if path.is_file():
-            return "image"
+            return "scenes" if is_multi_scene(path) else "image"
         if self.pattern:
             return "pattern"
         if path.is_dir() and has_htd(path):
             return "imagexpress"
         if path.is_dir() and has_measurement(path):
             return "cellvoyager"
-        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, image)")
+        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, scenes, image)")
 
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
@@ -113,6 +115,9 @@ def read_acquisition(p: Params) -> Acquisition:
         acq = read_cellvoyager(Path(p.input), p.mlf, p.mrf)
     elif fmt == "imagexpress":
         acq = _read_imagexpress(p)
+    elif fmt == "scenes":
+        px = (p.pixel_size[-2], p.pixel_size[-1]) if p.pixel_size else None
+        acq = read_scenes(Path(p.input), px, p.pixel_size[0] if p.pixel_size and len(p.pixel_size) == 3 else None)
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
@@ -154,7 +159,7 @@ def _read_pattern(p: Params, first: Path | None) -> Acquisition:
 
 def validate_files(p: Params, acq: Acquisition) -> list[str]:
     """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes."""
-    missing = sorted({pl.path for pl in acq.planes if not Path(pl.path).exists()})
+    missing = sorted({pl.path for pl in acq.planes if not plane_exists(pl.path)})
     if missing and p.missing == "error":
         what = ("planes are missing from the series" if Path(missing[0]).name.startswith(MISSING_PREFIX)
                 else "listed files are missing")
@@ -235,7 +240,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             stack = np.zeros((len(zs),) + tuple(arr.shape[-2:]), dtype=arr.dtype)
             for i, z in enumerate(zs):
                 path = by_c.get(c, {}).get(z)
-                if path is None or (unit["missing_ok"] and not Path(path).exists()):
+                if path is None or (unit["missing_ok"] and not plane_exists(path)):
                     continue  # stays zero: missing planes are recorded in finish
                 read_plane_into(path, stack[i])
                 nbytes += stack[i].nbytes
@@ -249,7 +254,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     acq = read_acquisition(p)
     root = Path(p.output)
     origins = well_origins(acq)
-    missing = {pl.path for pl in acq.planes if not Path(pl.path).exists()}
+    missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
     fields = acq.fields()
     paths = [field_path(r, c, f, acq) for (r, c, f) in fields]
     arrays = [zarr.open_array(str(root / path / "0"), mode="r") for path in paths]
