@@ -118,3 +118,21 @@ def test_generate_plate_writes_what_a_cv7000_mrf_holds(cli, tmp_path):
     assert all(set(channel_real.attrib) <= set(c.attrib) for c in ours.findall(f"{ns}MeasurementChannel"))
     assert ours.get(f"{ns}FieldCount") == "6" and ours.get(f"{ns}ZCount") == "4"
     assert ours.get(f"{ns}RowCount") == "8" and ours.get(f"{ns}ColumnCount") == "12"
+
+
+def test_channel_names_and_colours_come_from_the_measurement_settings(cli, tmp_path):
+    import json
+
+    raw = tmp_path / "raw"
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}", "--set", "wells=[B03]",
+                       "--set", "grid=[1,1]", "--set", "channels=2", "--set", "shape=[16,24]", "--set", "plate=P1")
+    assert code == 0, err
+    (raw / "P1.mes").write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementSetting xmlns:bts="http://www.yokogawa.co.jp/BTS/'
+        'BTSSchema/1.0" bts:Version="1.0"><bts:Timelapse><bts:Timeline bts:Color="#FF123456"/></bts:Timelapse>'
+        '<bts:ChannelList><bts:Channel bts:Ch="1" bts:Target="Nuclei" bts:Fluorophore="DAPI" bts:Color="#FF0070FF"/>'
+        '<bts:Channel bts:Ch="2" bts:Target="Actin" bts:Color="#FF00FF00"/></bts:ChannelList></bts:MeasurementSetting>')
+    out = tmp_path / "p.zarr"
+    assert cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={out}")[0] == 0
+    omero = json.loads((out / "B" / "03" / "0" / "zarr.json").read_text())["attributes"]["ome"]["omero"]
+    assert [(c["label"], c["color"]) for c in omero["channels"]] == [("Nuclei DAPI", "0070FF"), ("Actin", "00FF00")]

@@ -120,6 +120,7 @@ def parse_mrf(path: Path) -> dict:
         ch[idx] = {k: el.get(NS + k) for k in ("CameraNumber", "FilterWheelPosition", "FilterPosition",
                                               "ShadingCorrectionSource", "InputLevel")}
     return {
+        "settings": root.get(NS + "MeasurementSettingFileName"),
         "title": root.get(NS + "Title") or path.parent.name,
         "n_rows": _int(root, "RowCount", path, 1),
         "n_cols": _int(root, "ColumnCount", path, 1),
@@ -130,6 +131,33 @@ def parse_mrf(path: Path) -> dict:
         "bit_depth": _int(first, "InputBitDepth", path, 1),
         "channels": dict(sorted(ch.items())),
     }
+
+
+def parse_mes(path: Path) -> dict[int, dict[str, str]]:
+    """Channel names and colours from the measurement settings (.mes) the mrf names:
+    ``<bts:ChannelList><bts:Channel bts:Ch bts:Target bts:Fluorophore bts:Color>``; {} without one."""
+    if not path.is_file():
+        return {}
+    root = _parse_xml(path)
+    out = {}
+    listed = [ch for lst in root.iter(NS + "ChannelList") for ch in lst.findall(NS + "Channel")]
+    for el in listed:  # only the channel list: timelines carry colours of their own
+        ch = el.get(NS + "Ch")
+        if ch is None or not ch.strip().isdigit():
+            continue
+        name = " ".join(v.strip() for v in (el.get(NS + "Target"), el.get(NS + "Fluorophore")) if v and v.strip())
+        out[int(ch)] = {"name": name, "color": _rgb(el.get(NS + "Color"))}
+    return out
+
+
+def _rgb(color: str | None) -> str:
+    """CellVoyager colours are #AARRGGBB (or #RRGGBB); omero wants RRGGBB. Anything else: white."""
+    digits = (color or "").strip().lstrip("#")
+    if len(digits) == 8 and all(c in "0123456789abcdefABCDEF" for c in digits):
+        return digits[2:].upper()
+    if len(digits) == 6 and all(c in "0123456789abcdefABCDEF" for c in digits):
+        return digits.upper()
+    return "FFFFFF"
 
 
 def parse_mlf(path: Path) -> list[dict]:
@@ -181,7 +209,9 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
     ) for r in records]
     z_positions = sorted({r["z_um"] for r in records})
     z_step = (z_positions[1] - z_positions[0]) if len(z_positions) > 1 else 1.0
-    channels = [Channel(label=f"CH{c:02d}", wavelength_id=f"A01_C{c:02d}", extra=detail["channels"][c])
+    settings = parse_mes(_settings_file(mlf_path.parent, detail["settings"], mrf_path)) if detail["settings"] else {}
+    channels = [Channel(label=settings.get(c, {}).get("name") or f"CH{c:02d}", wavelength_id=f"A01_C{c:02d}",
+                        color=settings.get(c, {}).get("color", "FFFFFF"), extra=detail["channels"][c])
                 for c in ch_ids]
     dtype = "uint8" if detail["bit_depth"] <= 8 else "uint16"
     return Acquisition(
@@ -191,6 +221,13 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
         n_rows=detail["n_rows"], n_cols=detail["n_cols"], bit_depth=detail["bit_depth"],
         source=str(mlf_path),
     )
+
+
+def _settings_file(folder: Path, name: str, mrf: Path) -> Path:
+    """The .mes the mrf names, beside the mlf (a plain file name: the mrf is metadata, not a path)."""
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise InputError(f"{mrf}: bts:MeasurementSettingFileName {name!r} must be a plain file name")
+    return inside(folder.resolve(), name, what="measurement settings file", resolve=False)
 
 
 def _well_name(filename: str) -> str | None:
