@@ -52,13 +52,14 @@ from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_seri
 from .io.readers.scenes import is_multi_scene, read_scenes
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
-from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
 FINISH_IMPORTS = WRITER_MODULES
 BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 
+WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
     input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")

@@ -29,10 +29,11 @@ from .io.ngff.metadata import (
 )
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, TaskParams, Unit
 
 UNIT_MB = 64
 
+WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
     input: str = Field(description="label mask: TIFF / OME-TIFF / .npy of integers")

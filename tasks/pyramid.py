@@ -43,12 +43,13 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
 FINISH_IMPORTS = WRITER_MODULES
 SLAB_BYTES = 4 * 2**20
 
+WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
     input: str = Field(description="OME-Zarr image, or plate (every field image gets a pyramid)")

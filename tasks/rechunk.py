@@ -34,10 +34,11 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 UNIT_MB = 64
 
+WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
     input: str = Field(description="zarr array, or OME-Zarr image group (all levels are copied)")

@@ -57,12 +57,13 @@ from .io.ngff.metadata import (
 )
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
 FINISH_IMPORTS = WRITER_MODULES
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
+WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
     input: str = Field(description="HCS plate whose wells hold several FOV images")

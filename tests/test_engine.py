@@ -174,3 +174,29 @@ def test_fingerprints_hash_metadata_not_chunks(tmp_path):
     (tmp_path / "c" / "0").write_bytes(b"\0" * 100)
     fp = fingerprint([tmp_path])
     assert len(fp[str(tmp_path / "zarr.json")]) == 3 and len(fp[str(tmp_path / "c" / "0")]) == 2
+
+
+def test_the_local_executor_runs_gil_free_tasks_on_threads_and_the_rest_on_processes(cli, tmp_path):
+    """ingest-like tasks (WORKERS = THREADS) run in the driver's process on the default executor;
+    cluster-check (pure-Python spinning) in worker processes; a user-sized executor keeps processes."""
+    import json
+    import os
+
+    from zarrmill.runtime.executors import Executor
+    from zarrmill.runtime.registry import get_task
+    from zarrmill.runtime.spec import ExecutorSpec
+
+    assert get_task("ingest").workers == "threads" and get_task("cluster-check").workers == "processes"
+    with Executor(ExecutorSpec(kind="local"), "t", tmp_path / "run") as ex:
+        threads = ex.client_for(None, "threads")
+        processes = ex.client_for(None, "processes")
+        assert all(a.startswith("inproc://") for a in threads.scheduler_info()["workers"])
+        assert all(a.startswith("tcp://") for a in processes.scheduler_info()["workers"])
+        assert threads.submit(os.getpid).result() == os.getpid() != processes.submit(os.getpid).result()
+    with Executor(ExecutorSpec(kind="local", workers=1), "t", tmp_path / "run2") as ex:
+        assert all(a.startswith("tcp://") for a in ex.client_for(None, "threads").scheduler_info()["workers"])
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 2}}}, executor={"kind": "local"})
+    assert cli("run", wf)[0] == 0
+    pids = {json.loads(f.read_text())["pid"] for f in (tmp_path / "chk" / "units").glob("*.json")}
+    assert os.getpid() not in pids

@@ -48,21 +48,26 @@ class Executor:
         self.started = time.time() - 1  # SubmitTime has whole seconds
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
-    def client_for(self, resources: Resources | None) -> Any:
+    def client_for(self, resources: Resources | None, workers: str = "processes") -> Any:
+        """``workers``: what the task runs best on. On the ``local`` executor a task whose units
+        spend their time in GIL-free codecs ("threads": ingest, pyramid, reshard, ...) runs on
+        threads in this process (no process start-up, no transfers); the others on processes.
+        Explicit ``threads``/``slurm``/``address`` executors are used as configured."""
         kind = self.spec.kind
         if kind == "sync":
             return None
-        key = resources.key() if (kind == "slurm" and resources) else ()
+        if kind == "local" and workers == "threads" and not (self.spec.workers or self.spec.memory_limit):
+            kind = "threads"  # workers or memory_limit set: the user sized processes, keep them
+        key = resources.key() if (kind == "slurm" and resources) else (kind,)
         with self._lock:
             if key not in self._pools:
-                self._pools[key] = self._start(resources)
+                self._pools[key] = self._start(resources, kind)
             return self._pools[key][1]
 
-    def _start(self, resources: Resources | None) -> tuple[Any, Any]:
+    def _start(self, resources: Resources | None, kind: str) -> tuple[Any, Any]:
         from distributed import Client, LocalCluster
 
         quiet_dask_logs()
-        kind = self.spec.kind
         if kind == "address":
             if not self.spec.address:
                 raise ExecutorError("executor.kind is 'address' but executor.address is not set")

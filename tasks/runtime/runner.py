@@ -89,8 +89,9 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
                            upstream_changed=any(n in changed for n in step.needs),
                            explain_lost_workers=executor.explain_lost_workers)
-        report = run_step(step.name, get_task(step.task), step.params,
-                          lambda step=step: executor.client_for(step.resources), opts)
+        task = get_task(step.task)
+        report = run_step(step.name, task, step.params,
+                          lambda step=step, task=task: executor.client_for(step.resources, task.workers), opts)
         if report.ran:
             changed.add(step.name)
         rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0
