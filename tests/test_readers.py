@@ -125,7 +125,10 @@ def read_napari(path: Path) -> np.ndarray:
     wanted = "labels" if "image-label" in zarr.open_group(str(path), mode="r").attrs.get("ome", {}) else "image"
     layers = [data for data, _, kind in reader(str(path)) if kind == wanted]  # a label image comes with its image
     assert layers, f"napari-ome-zarr has no {wanted} layer for {path}"
-    return np.asarray(layers[0][0] if isinstance(layers[0], list) else layers[0])
+    level0 = [np.asarray(data[0] if isinstance(data, list) else data) for data in layers]
+    # some releases hand over one layer per channel (what the viewer shows), others one layer with
+    # channel_axis set: both are the same pixels
+    return level0[0] if len(level0) == 1 or wanted == "labels" else np.stack(level0)
 
 
 def read_ngio(path: Path) -> np.ndarray:

@@ -4,6 +4,7 @@ work starts: YAML syntax, unknown task or field, wrong types, unresolved ``${var
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError, InputNotFoundError
+from ..errors import ConfigError, InputError, InputNotFoundError
 from .contract import TaskParams
 from .datasets import Dataset
 from .registry import get_task
@@ -219,13 +220,26 @@ def _check_outputs(ordered: list[Step], doc: Located) -> None:
         creators[key] = step.name
 
 
+def _refuse_link_loop(path: Path) -> None:
+    """A link that leads nowhere is 'does not exist'; one that leads back to itself says so (Python
+    3.11/3.12 raise from resolve(), 3.13 does not)."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{path}: the path runs through a symlink loop; fix or remove the link") from None
+
+
 def _check_inputs(ordered: list[Step], doc: Located) -> None:
     by_name = {s.name: s for s in ordered}
     for step in ordered:
         produced = [by_name[a].params.output_path() for a in _ancestors(step.name, by_name)]
         produced = [p.resolve() for p in produced if p is not None]
         for path in step.params.input_paths():
-            resolved = path.resolve()
+            resolved = Path(os.path.abspath(path))
+            if os.path.lexists(resolved) and not os.path.exists(resolved):
+                _refuse_link_loop(resolved)
+            resolved = resolved.resolve()
             if resolved.exists() or any(resolved == p or p in resolved.parents for p in produced):
                 continue
             raise InputNotFoundError(
