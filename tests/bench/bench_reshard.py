@@ -88,8 +88,9 @@ def bench_well(work: Path, grid: tuple[int, int], shape: tuple[int, int], channe
        "--set", f"channels={channels}", "--executor", "local")
     sh("task", "ingest", "--set", f"input={raw}", "--set", f"output={plate}", "--executor", "local")
     sh("task", "pyramid", "--set", f"input={plate}", "--set", "min_size=64", "--executor", "local")
-    sh("task", "reshard", "--set", f"input={plate}", "--set", "min_size=64", "--executor", "local")
-    well = plate / "B" / "03" / "well"
+    sh("task", "reshard", "--set", f"input={plate}", "--set", f"output={work / 'wells.zarr'}", "--set", "min_size=64",
+       "--executor", "local")
+    well = work / "wells.zarr" / "B" / "03" / "well"
     fused = work / "fused" / "well"
     fused_copy(well, fused, shape)
     n_levels = len([p for p in (plate / "B" / "03" / "0").iterdir() if p.name.isdigit()])
@@ -121,15 +122,16 @@ def bench_plate(work: Path, n_wells: int, shape: tuple[int, int]) -> list[tuple]
        "--set", f"shape=[{shape[0]},{shape[1]}]", "--set", "channels=1", "--executor", "local")
     sh("task", "ingest", "--set", f"input={raw}", "--set", f"output={plate}", "--executor", "local")
     sh("task", "pyramid", "--set", f"input={plate}", "--set", "min_size=64", "--executor", "local")
-    sh("task", "reshard", "--set", f"input={plate}", "--set", "overview=true", "--set", "overview_size=128",
-       "--set", "min_size=64", "--executor", "local")
+    wells_plate = work / "plate96-wells.zarr"
+    sh("task", "reshard", "--set", f"input={plate}", "--set", f"output={wells_plate}", "--set", "overview=true",
+       "--set", "overview_size=128", "--set", "min_size=64", "--executor", "local")
     low = str(len([p for p in (plate / "A" / "01" / "0").iterdir() if p.name.isdigit()]) - 1)
     def read_fovs():
         for well in wells:
             per_fov_reader(plate, f"{well[0]}/{well[1:]}", low)[0]()
     fov_files = sum(files_and_bytes(plate / w[0] / w[1:] / f / low)[0] for w in wells for f in "0123")
-    ov_files = files_and_bytes(plate / "overview" / "0")[0]
-    read_ov = lambda: zarr.open_array(str(plate / "overview" / "0"), mode="r")[:]  # noqa: E731
+    ov_files = files_and_bytes(wells_plate / "overview" / "0")[0]
+    read_ov = lambda: zarr.open_array(str(wells_plate / "overview" / "0"), mode="r")[:]  # noqa: E731
     out = []
     for name, read, files in (("per-FOV, lowest level", read_fovs, fov_files), ("overview image", read_ov, ov_files)):
         out.append((f"{n_wells}-well plate", name, f"{timed(read, False) * 1e3:.1f}",
