@@ -203,7 +203,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
             write_image_metadata(Path(p.output) / src.name, "0.5", make_axes(src.axes), [Level("0", scale, None)],
                                  name=src.name)
             if src.path.is_dir():  # an OME-Zarr image: its ROI tables and label images come along
-                carry_subtrees(src.path, Path(p.output) / src.name, 3)
+                carry_subtrees(src.path, Path(p.output) / src.name, 3, ctx.guard)
             zarr.open_group(str(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
                 "patch": p.patch, "layout": p.layout}

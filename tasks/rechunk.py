@@ -125,7 +125,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     version = p.ngff_version or meta.version
     extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
     ms = meta.attrs["multiscales"][0]
-    carry_subtrees(Path(p.input), Path(p.output), NGFF_FORMATS[version])  # before the image is listed
+    carry_subtrees(Path(p.input), Path(p.output), NGFF_FORMATS[version], ctx.guard)  # before the image is listed
     write_image_metadata(Path(p.output), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
 
 

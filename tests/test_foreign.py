@@ -4,6 +4,7 @@ schemas, tables are kept, pixels are equal, the coercion is one warning line, no
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +134,18 @@ def test_outputs_from_a_fractal_plate_open_in_every_reader(cli, plate, tmp_path)
         for well, data in pixels.items():
             got = reader(tmp_path / "fractal-wells.zarr" / well / "well")
             np.testing.assert_array_equal(np.squeeze(got), np.squeeze(data), err_msg=f"{name} {well}")
+
+
+def test_a_rerun_replaces_the_carried_tables_so_a_dropped_table_does_not_linger(cli, plate, tmp_path):
+    """The copy's tables are the input's as they are now: an earlier copy is removed (through the
+    output guard) before the new one is made, not merged into."""
+    path, _ = plate
+    image, out = path / "B" / "03" / "0", tmp_path / "copy.zarr"
+    run(cli, "rechunk", f"input={image}", f"output={out}")
+    assert (out / "tables" / "well_ROI_table").is_dir()
+    shutil.rmtree(image / "tables" / "well_ROI_table")
+    tables = zarr.open_group(str(image / "tables"), mode="a", zarr_format=2)
+    tables.attrs["tables"] = ["FOV_ROI_table"]
+    run(cli, "rechunk", f"input={image}", f"output={out}")  # the input changed: the step is redone
+    assert sorted(p.name for p in (out / "tables").iterdir() if not p.name.startswith(".")) == ["FOV_ROI_table"]
+    assert zarr.open_group(str(out / "tables"), mode="r").attrs["tables"] == ["FOV_ROI_table"]

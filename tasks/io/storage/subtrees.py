@@ -12,18 +12,25 @@ from pathlib import Path
 
 import zarr
 
+from .guard import OutputGuard
+
 CARRIED = ("tables", "labels")
 
 
-def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int) -> list[str]:
-    """Copies each of ``tables``/``labels`` that ``src_image`` has; returns their names."""
+def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard: OutputGuard) -> list[str]:
+    """Copies each of ``tables``/``labels`` that ``src_image`` has; returns their names. An earlier
+    copy is removed through the output guard first (only if zarrmill made it), so a subtree the
+    source no longer has never lingers; the new one is recorded with the guard before it is made."""
     carried = []
     for name in CARRIED:
-        src = src_image / name
+        src, dst = src_image / name, dst_image / name
         if not src.is_dir() or src.is_symlink():
             continue
+        if os.path.lexists(dst):
+            guard.remove(dst, " by the copy of the input's " + name)
+        guard.will_create(dst)
         if _zarr_format(src) == dst_zarr_format:
-            shutil.copytree(src, dst_image / name, ignore=_links, dirs_exist_ok=True)
+            shutil.copytree(src, dst, ignore=_links)
         else:
             _convert(zarr.open_group(str(src), mode="r"), zarr.open_group(str(dst_image), mode="a"), name)
         carried.append(name)
@@ -46,7 +53,7 @@ def _convert(src: zarr.Group, parent: zarr.Group, name: str) -> None:
             _convert(child, group, child_name)
             continue
         dst = group.create_array(child_name, shape=child.shape, dtype=child.dtype, chunks=child.chunks,
-                                 fill_value=child.fill_value, overwrite=True)
+                                 fill_value=child.fill_value)
         dst.attrs.update(dict(child.attrs))
         steps = [range(0, n, c) for n, c in zip(child.shape, child.chunks)]
         for start in itertools.product(*steps):
