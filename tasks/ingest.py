@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 import zarr
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from .errors import ConfigError, InputError, InputNotFoundError
 from .io.ngff.acquisition import Acquisition
@@ -34,7 +34,7 @@ from .io.storage.arrays import (
     region_slices,
 )
 from .io.readers.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
-from .io.readers.imagexpress import find_htd, has_htd, list_files, read_imagexpress
+from .io.readers.imagexpress import has_htd, read_imagexpress
 from .io.storage.chunk_io import write_region
 from .io.ngff.hcs import (
     channel_windows,
@@ -86,15 +86,29 @@ class Params(TaskParams):
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
 
+    _format: str | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _check(self) -> "Params":
         if self.format == "pattern" and not self.pattern:
             raise ValueError("format 'pattern' needs pattern, e.g. '{well}_s{field}_w{channel}.tif'")
         return self
 
+    def pixel_size_override(self) -> tuple[tuple[float, float] | None, float | None]:
+        """(y, x) and z step from ``pixel_size``, None where the files' own metadata should say."""
+        if not self.pixel_size:
+            return None, None
+        z = self.pixel_size[0] if len(self.pixel_size) == 3 else None
+        return (self.pixel_size[-2], self.pixel_size[-1]), z
+
     def resolved_format(self) -> str:
         if self.format != "auto":
             return self.format
+        if self._format is None:  # plan, checks and finish all ask: look through the folders once
+            self._format = self._detect_format()
+        return self._format
+
+    def _detect_format(self) -> str:
         path = Path(self.input)
         if not path.exists():
             raise InputNotFoundError(f"{self.input}: input does not exist")
@@ -115,10 +129,9 @@ def read_acquisition(p: Params) -> Acquisition:
     if fmt == "cellvoyager":
         acq = read_cellvoyager(Path(p.input), p.mlf, p.mrf)
     elif fmt == "imagexpress":
-        acq = _read_imagexpress(p)
+        acq = read_imagexpress(Path(p.input), *p.pixel_size_override())
     elif fmt == "scenes":
-        px = (p.pixel_size[-2], p.pixel_size[-1]) if p.pixel_size else None
-        acq = read_scenes(Path(p.input), px, p.pixel_size[0] if p.pixel_size and len(p.pixel_size) == 3 else None)
+        acq = read_scenes(Path(p.input), *p.pixel_size_override())
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
@@ -128,16 +141,6 @@ def read_acquisition(p: Params) -> Acquisition:
         for ch, name in zip(acq.channels, p.channel_names):
             ch.label = name
     return acq
-
-
-def _read_imagexpress(p: Params) -> Acquisition:
-    files, _ = list_files(find_htd(Path(p.input)).parent)
-    if not files:
-        raise InputError(f"{p.input}: no ImageXpress images next to the .HTD file")
-    shape, dtype = plane_header(files[0].path)
-    px = (p.pixel_size[-2], p.pixel_size[-1]) if p.pixel_size else None
-    z_step = p.pixel_size[0] if p.pixel_size and len(p.pixel_size) == 3 else None
-    return read_imagexpress(Path(p.input), shape, dtype, px, z_step)
 
 
 def _read_pattern(p: Params, first: Path | None) -> Acquisition:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ...errors import InputError, InputNotFoundError
 from ..ngff.acquisition import Acquisition, Channel, Plane, row_index
+from .planes import plane_header
 
 UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 # wave is one digit: the UUID that may follow starts with hex digits too
@@ -92,6 +93,7 @@ def _htd_int(htd: dict[str, list[str]], key: str, path: Path, default: int | Non
 def list_files(plate: Path) -> tuple[list[File], int]:
     """(image files, number of projections skipped); thumbnails are never images."""
     files, projections = [], 0
+    has_zsteps: dict[Path, bool] = {}  # per folder, not per file: a TimePoint folder holds thousands
     for f in sorted(plate.rglob("*")):
         m = NAME.match(f.name)
         if not f.is_file() or not m or m["thumb"]:
@@ -99,7 +101,9 @@ def list_files(plate: Path) -> tuple[list[File], int]:
         parts = f.relative_to(plate).parts[:-1]
         t = next((int(TIMEPOINT.match(p).group(1)) for p in parts if TIMEPOINT.match(p)), 1)
         zs = [int(ZSTEP.match(p).group(1)) for p in parts if ZSTEP.match(p)]
-        if not zs and any(ZSTEP.match(d.name) for d in f.parent.iterdir() if d.is_dir()):
+        if f.parent not in has_zsteps:
+            has_zsteps[f.parent] = any(ZSTEP.match(d.name) and d.is_dir() for d in f.parent.iterdir())
+        if not zs and has_zsteps[f.parent]:
             projections += 1  # MetaXpress writes the z projection beside the ZStep_ folders
             continue
         files.append(File(f, m["well"].upper(), int(m["site"] or 1), int(m["wave"] or 1), t, zs[0] if zs else 1))
@@ -131,8 +135,7 @@ def _number(tags: dict[str, Any], key: str, path: Path, default: float | None = 
     return number
 
 
-def read_imagexpress(folder: Path, image_shape_yx: tuple[int, int], dtype: str,
-                     pixel_size_yx: tuple[float, float] | None, z_step: float | None) -> Acquisition:
+def read_imagexpress(folder: Path, pixel_size_yx: tuple[float, float] | None, z_step: float | None) -> Acquisition:
     htd_path = find_htd(folder)
     plate = htd_path.parent
     htd = parse_htd(htd_path)
@@ -140,6 +143,7 @@ def read_imagexpress(folder: Path, image_shape_yx: tuple[int, int], dtype: str,
     files, _ = list_files(plate)
     if not files:
         raise InputError(f"{plate}: no ImageXpress images (<plate>_<well>[_s<site>][_w<wave>]<UUID>.tif)")
+    image_shape_yx, dtype = plane_header(files[0].path)
     waves = sorted({f.wave for f in files})
     ts, zs = sorted({f.t for f in files}), sorted({f.z for f in files})
     first = {}
