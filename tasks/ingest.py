@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 from pydantic import Field, PrivateAttr, model_validator
 
+from . import ingest_wells, reshard
 from .errors import ConfigError, InputError, InputNotFoundError
 from .io.ngff.acquisition import Acquisition
 from .io.storage.arrays import (
@@ -52,6 +53,8 @@ from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_seri
 from .io.readers.scenes import is_multi_scene, read_scenes
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
+from .io.ngff.placement import Policy
+from .reshard import ImageName
 from .runtime.contract import THREADS, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
@@ -85,6 +88,16 @@ class Params(TaskParams):
     # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+    layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
+                                           "each well one image, its FOVs placed by stage position (what "
+                                           "ingest + reshard make, in one pass, with pyramid and ROI tables)")
+    # layout: well only; the same settings as reshard's
+    image_name: ImageName = Field("well", description="layout well: name of the well image")
+    overlap: Policy = Field("first", description="layout well: overlapping FOV pixels: first, last, mean, or shift apart")
+    min_size: int = Field(256, ge=1, description="layout well: pyramid stops once a level's largest side is at most this")
+    shard_mb: float = Field(64.0, gt=0, description="layout well: shard size of the lower pyramid levels")
+    overview: bool = Field(False, description="layout well: also write a plate overview image")
+    overview_size: int = Field(256, ge=16, description="layout well: about this many overview pixels per well side")
 
     _format: str | None = PrivateAttr(None)
 
@@ -92,6 +105,8 @@ class Params(TaskParams):
     def _check(self) -> "Params":
         if self.format == "pattern" and not self.pattern:
             raise ValueError("format 'pattern' needs pattern, e.g. '{well}_s{field}_w{channel}.tif'")
+        if self.layout == "well" and self.format == "image":
+            raise ValueError("layout 'well' is for plates; format 'image' writes one image")
         return self
 
     def pixel_size_override(self) -> tuple[tuple[float, float] | None, float | None]:
@@ -207,9 +222,13 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
 # -- plan / run / finish ---------------------------------------------------------------------------
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     if p.resolved_format() == "image":
+        if p.layout == "well":
+            raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")
         return _plan_image(p, ctx)
     acq = read_acquisition(p)
     validate_files(p, acq)
+    if p.layout == "well":
+        return ingest_wells.plan(p, acq, ctx)
     spec = _plate_spec(p, acq)
     root = Path(p.output)
     ensure_group(root, spec.zarr_format, ctx)
@@ -227,6 +246,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 
 def run_unit(p: Params, unit: Unit) -> int:
+    if "kind" in unit or "src" in unit:  # layout well: well images, their pyramid, the overview
+        return ingest_wells.run_unit(p, unit)
     if "region" in unit:
         return _run_image_unit(p, unit)
     arr = open_for_write(Path(p.output) / unit["field"] / "0")
@@ -256,6 +277,8 @@ def finish(p: Params, ctx: PlanContext) -> None:
     if p.resolved_format() == "image":
         return _finish_image(p)
     acq = read_acquisition(p)
+    if p.layout == "well":
+        return ingest_wells.finish(p, acq)
     root = Path(p.output)
     origins = well_origins(acq)
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
@@ -328,6 +351,8 @@ def _finish_image(p: Params) -> None:
 
 
 def describe_unit(unit: Unit) -> str:
+    if "kind" in unit or "src" in unit:
+        return reshard.describe_unit(unit)
     if "region" in unit:
         return "region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
     return f"field {unit['field']} t={unit['t']} ({len(unit['planes'])} planes)"

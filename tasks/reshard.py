@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Annotated, Callable
 
 import numpy as np
 import zarr
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
 from .errors import InputError
@@ -65,11 +66,20 @@ OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
+
+def _alnum(name: str) -> str:
+    if not name.isalnum():
+        raise ValueError("image_name must be letters and digits only (NGFF well image paths)")
+    return name
+
+
+ImageName = Annotated[str, AfterValidator(_alnum)]
+
 class Params(TaskParams):
     input: str = Field(description="HCS plate whose wells hold several FOV images")
     output: str | None = Field(None, description="new plate to write (default: next to input, named "
                                "<input>-wells.ome.zarr); each well lists one image, the well image")
-    image_name: str = Field("well", description="name of the well image (letters and digits)")
+    image_name: ImageName = Field("well", description="name of the well image (letters and digits)")
     overlap: Policy = Field("first", description="overlapping pixels: first, last, mean, or shift FOVs apart")
     level: int = Field(0, ge=0, description="FOV pyramid level to reshard")
     chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="level-0 chunk [y, x] (default: divides the FOV)")
@@ -79,13 +89,6 @@ class Params(TaskParams):
     overview_size: int = Field(256, ge=16, description="overview: about this many pixels per well side")
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
     unit_mb: float = Field(32.0, gt=0)
-
-    @field_validator("image_name")
-    @classmethod
-    def _alnum(cls, v: str) -> str:
-        if not v.isalnum():
-            raise ValueError("image_name must be letters and digits only (NGFF well image paths)")
-        return v
 
     @model_validator(mode="after")
     def _new_plate(self) -> "Params":
@@ -118,49 +121,17 @@ def default_output(plate: Path) -> Path:
 
 # -- reading the wells (driver) ---------------------------------------------------------------------
 class Well:
-    """The FOVs of one well, placed on its canvas (level ``p.level`` of each FOV)."""
+    """The FOVs of one well placed on its canvas: what its well image is made of. ``meta`` gives
+    the axes, pixel size (``scale``: the FOV level used) and omero; ``fovs`` are not placed yet."""
 
-    def __init__(self, p: Params, path: str):
-        self.path = path
-        attrs, _ = read_attrs(member_path(Path(p.input), path, "plate well path"))
-        images = [im.get("path") for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
-        for im in images:
-            member_path(Path(p.input) / path, im, "well image path")
-        if not images:
-            raise InputError(f"{Path(p.input) / path}: well has no field images")
-        metas = [read_image(Path(p.input) / path / im) for im in images]
-        self.meta = metas[0]
-        names = self.meta.axis_names
-        self.spatial = [i for i, a in enumerate(names) if a in "zyx"]
-        level = self._level(self.meta, p.level)
-        self.scale = tuple(level.scale[i] for i in self.spatial)
-        fovs = []
-        for i, (im, meta) in enumerate(zip(images, metas)):
-            own = self._level(meta, p.level)
-            arr = open_input_array(meta.path / own.path)
-            if i == 0:
-                self.dtype, self.lead_shape = arr.dtype, tuple(n for k, n in enumerate(arr.shape) if k not in self.spatial)
-            self._check_same(meta, own, arr, names, level)
-            tr = own.translation or [0.0] * len(names)
-            fovs.append(Fov(f"FOV_{i + 1}", f"{path}/{im}", tuple(tr[k] for k in self.spatial),
-                            tuple(arr.shape[k] for k in self.spatial), extra={"level_path": own.path}))
-        self.fovs, self.origin = place(fovs, self.scale, p.overlap)
+    def __init__(self, path: str, meta: ImageMeta, scale: list[float], fovs: list[Fov], dtype: np.dtype,
+                 lead_shape: tuple[int, ...], overlap: Policy):
+        self.path, self.meta, self.level_scale = path, meta, list(scale)
+        self.dtype, self.lead_shape = np.dtype(dtype), tuple(lead_shape)
+        self.spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
+        self.scale = tuple(scale[i] for i in self.spatial)
+        self.fovs, self.origin = place(fovs, self.scale, overlap)
         self.shape = self.lead_shape + canvas_shape(self.fovs)
-
-    @staticmethod
-    def _level(meta: ImageMeta, k: int) -> Level:
-        return meta.levels[level_index(meta, k)]
-
-    def _check_same(self, meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level) -> None:
-        if meta.axis_names != names:
-            raise InputError(f"{meta.path}: axes {meta.axis_names} differ from the well's {names}")
-        if [round(s, 9) for s in own.scale] != [round(s, 9) for s in ref.scale]:
-            raise InputError(f"{meta.path}: pixel size {own.scale} differs from the well's {ref.scale}")
-        if arr.dtype != self.dtype:
-            raise InputError(f"{meta.path}: dtype {arr.dtype} differs from the well's {self.dtype}")
-        lead = tuple(n for k, n in enumerate(arr.shape) if k not in self.spatial)
-        if lead != self.lead_shape:
-            raise InputError(f"{meta.path}: channel/time sizes {lead} differ from the well's {self.lead_shape}")
 
     def spec(self, p: Params, zarr_format: int) -> ArraySpec:
         fov_yx = self.fovs[0].size[-2:]
@@ -183,7 +154,7 @@ class Well:
         translation = [0.0] * len(self.meta.axis_names)
         for k, o in zip(self.spatial, self.origin):
             translation[k] = o
-        level0 = Level("0", list(self.meta.levels[0].scale), translation)
+        level0 = Level("0", list(self.level_scale), translation)
         omero = {k: v for k, v in self.meta.attrs.items() if k == "omero"}
         return ImageMeta(root, version, self.meta.axes, [level0], {"multiscales": [{}], **omero})
 
@@ -192,9 +163,46 @@ class Well:
         out = []
         for f in self.fovs:
             if all(a < p + s and p < b for (a, b), p, s in zip(region, f.pixel, f.size)):
-                out.append({"path": f.path, "level_path": f.extra["level_path"], "pixel": list(f.pixel),
-                            "size": list(f.size)})
+                out.append({**f.extra, "path": f.path, "pixel": list(f.pixel), "size": list(f.size)})
         return out
+
+
+def read_well(p: Params, path: str) -> Well:
+    """The FOV images a well of the input plate lists (level ``p.level`` of each), checked alike."""
+    attrs, _ = read_attrs(member_path(Path(p.input), path, "plate well path"))
+    images = [im.get("path") for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
+    for im in images:
+        member_path(Path(p.input) / path, im, "well image path")
+    if not images:
+        raise InputError(f"{Path(p.input) / path}: well has no field images")
+    metas = [read_image(Path(p.input) / path / im) for im in images]
+    names = metas[0].axis_names
+    spatial = [i for i, a in enumerate(names) if a in "zyx"]
+    ref = metas[0].levels[level_index(metas[0], p.level)]
+    fovs, dtype, lead = [], None, None
+    for i, (im, meta) in enumerate(zip(images, metas)):
+        own = meta.levels[level_index(meta, p.level)]
+        arr = open_input_array(meta.path / own.path)
+        if i == 0:
+            dtype, lead = arr.dtype, tuple(n for k, n in enumerate(arr.shape) if k not in spatial)
+        _check_same(meta, own, arr, names, ref, spatial, dtype, lead)
+        tr = own.translation or [0.0] * len(names)
+        fovs.append(Fov(f"FOV_{i + 1}", f"{path}/{im}", tuple(tr[k] for k in spatial),
+                        tuple(arr.shape[k] for k in spatial), extra={"level_path": own.path}))
+    return Well(path, metas[0], ref.scale, fovs, dtype, lead, p.overlap)
+
+
+def _check_same(meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level, spatial: list[int],
+                dtype: np.dtype, lead_shape: tuple[int, ...]) -> None:
+    if meta.axis_names != names:
+        raise InputError(f"{meta.path}: axes {meta.axis_names} differ from the well's {names}")
+    if [round(s, 9) for s in own.scale] != [round(s, 9) for s in ref.scale]:
+        raise InputError(f"{meta.path}: pixel size {own.scale} differs from the well's {ref.scale}")
+    if arr.dtype != dtype:
+        raise InputError(f"{meta.path}: dtype {arr.dtype} differs from the well's {dtype}")
+    lead = tuple(n for k, n in enumerate(arr.shape) if k not in spatial)
+    if lead != lead_shape:
+        raise InputError(f"{meta.path}: channel/time sizes {lead} differ from the well's {lead_shape}")
 
 
 def read_wells(p: Params) -> tuple[dict, list[Well], str]:
@@ -202,18 +210,26 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
     plate = attrs.get("plate")
     if plate is None:
         raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
-    wells = [Well(p, w.get("path")) for w in plate.get("wells", [])]
-    # One canvas size for every well (zero-padded), so plate viewers can tile wells on a grid.
+    wells = [read_well(p, w.get("path")) for w in plate.get("wells", [])]
+    return plate, one_canvas(wells), ("0.5" if zf == 3 else "0.4")
+
+
+def one_canvas(wells: list[Well]) -> list[Well]:
+    """One canvas size for every well (zero-padded), so plate viewers can tile wells on a grid."""
     if len({len(w.shape) for w in wells}) == 1:
         common = tuple(max(sizes) for sizes in zip(*[w.shape for w in wells]))
         for well in wells:
             well.shape = common
-    return plate, wells, ("0.5" if zf == 3 else "0.4")
+    return wells
 
 
 # -- plan / run / finish ----------------------------------------------------------------------------
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
-    plate, wells, version = read_wells(p)
+    return plan_wells(p, *read_wells(p), ctx)
+
+
+def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext) -> list[Unit]:
+    """The output plate's groups and arrays, and the units writing every well image (and the overview)."""
     zf = NGFF_FORMATS[version]
     out = p.output_path()
     ensure_group(out, zf, ctx)
@@ -252,29 +268,42 @@ def run_unit(p: Params, unit: Unit) -> int:
     return pyramid.run_level_unit(p.output_path(), unit)
 
 
-def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
-    """Compose one region from the sources listed in the unit and write it (whole shards)."""
+FovReader = Callable[[Fov, tuple[slice, ...], tuple[slice, ...]], np.ndarray]
+
+
+def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
+    """Compose one region from the FOVs listed in the unit and write it (whole shards).
+    ``read(fov, lead slices, spatial slices)`` returns that part of one FOV."""
     dst = open_for_write(dst_path, sparse=True)
     region = [tuple(r) for r in unit["region"]]
     n_lead = dst.ndim - len(unit["fovs"][0]["size"]) if unit["fovs"] else dst.ndim - 2
     lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
     fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit["fovs"]]
-
-    def read(fov: Fov, spatial: tuple[slice, ...]) -> np.ndarray:
-        arr = zarr.open_array(str(base / fov.path / fov.extra["level_path"]), mode="r")
-        # a source may have fewer planes on a lead axis (overview: wells with fewer z): zero-pad
-        lead = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(lead_sl, arr.shape))
-        data = np.asarray(arr[lead + spatial])
-        pad = [(0, (s.stop - s.start) - d) for s, d in zip(lead_sl, data.shape[:n_lead])]
-        return np.pad(data, pad + [(0, 0)] * len(spatial)) if any(b for _, b in pad) else data
-
-    data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]), read)
+    data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
+                   lambda fov, spatial: read(fov, lead_sl, spatial))
     write_region(dst, [a for a, _ in region], data)
     return data.nbytes
 
 
+def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
+    """Paint from zarr images under ``base`` (FOV images, or well images for the overview)."""
+    def read(fov: Fov, lead_sl: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
+        arr = zarr.open_array(str(base / fov.path / fov.extra["level_path"]), mode="r")
+        # a source may have fewer planes on a lead axis (overview: wells with fewer z): zero-pad
+        lead = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(lead_sl, arr.shape))
+        data = np.asarray(arr[lead + spatial])
+        pad = [(0, (s.stop - s.start) - d) for s, d in zip(lead_sl, data.shape[:len(lead_sl)])]
+        return np.pad(data, pad + [(0, 0)] * len(spatial)) if any(b for _, b in pad) else data
+
+    return paint(unit, dst_path, policy, read)
+
+
 def finish(p: Params, ctx: PlanContext) -> None:
-    plate, wells, version = read_wells(p)
+    finish_wells(p, *read_wells(p))
+
+
+def finish_wells(p: Params, plate: dict, wells: list[Well], version: str) -> None:
+    """Every well image's metadata and ROI tables, the overview's, then well and plate metadata."""
     pp = p.pyramid_params()
     for well in wells:
         image = p.output_path() / well.path / p.image_name

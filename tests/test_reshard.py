@@ -202,3 +202,20 @@ def test_ngff_04_plate_gets_large_chunks_not_shards(cli, tmp_path):
     np.testing.assert_array_equal(read_fov(img, "FOV_2")[0, 0], a + 1)
     validate_store(out)
     assert check_store(out)[0] == []
+
+
+def test_resharding_a_lower_level_keeps_that_levels_pixel_size(cli, tmp_path):
+    raw = tmp_path / "raw"
+    run(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[1,2]", "shape=[64,96]", "pixel_size=0.5")
+    plate = tmp_path / "p.zarr"
+    run(cli, "ingest", f"input={raw}", f"output={plate}")
+    run(cli, "pyramid", f"input={plate}", "min_size=16")
+    out = tmp_path / "w.zarr"
+    run(cli, "reshard", f"input={plate}", f"output={out}", "level=1", "min_size=16")
+    ms = json.loads((out / "B" / "03" / "well" / "zarr.json").read_text())["attributes"]["ome"]["multiscales"][0]
+    fov1 = json.loads((plate / "B" / "03" / "0" / "zarr.json").read_text())["attributes"]["ome"]["multiscales"][0]
+    level1 = fov1["datasets"][1]["coordinateTransformations"][0]["scale"]
+    assert ms["datasets"][0]["coordinateTransformations"][0]["scale"] == level1
+    assert level1[-1] == 1.0  # 0.5 um pixels, halved
+    np.testing.assert_array_equal(well_image(out, "B/03")[..., :48],
+                                  zarr.open_array(str(plate / "B" / "03" / "0" / "1"))[:])

@@ -14,6 +14,8 @@ from .acquisition import Acquisition, Channel, Plane, col_name, row_name
 from .metadata import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
 
 MAX_CHUNK_SIDE = 1280
+MAX_WINDOW_FIELDS = 8
+WINDOW_STRIDE = slice(None, None, 4)
 
 
 def split_side(size: int, max_side: int = MAX_CHUNK_SIDE) -> int:
@@ -65,20 +67,25 @@ def omero(channels: list[Channel], windows: list[tuple[float, float, float, floa
     } for ch, w in zip(channels, windows)]}
 
 
-def channel_windows(arrays: list[zarr.Array], axes: str, dtype: str, max_arrays: int = 8
+def channel_windows(arrays: list[zarr.Array], axes: str, dtype: str, max_arrays: int = MAX_WINDOW_FIELDS
                     ) -> list[tuple[float, float, float, float]]:
     """(min, max, start, end) per channel: the dtype range, and the 0.1-99.9 percentiles of a
     strided sample of the middle plane of up to ``max_arrays`` fields (never the whole image)."""
-    info = np.iinfo(dtype) if np.dtype(dtype).kind in "ui" else np.finfo(dtype)
     n_c = arrays[0].shape[axes.index("c")] if "c" in axes else 1
-    out = []
+    samples = []
     for c in range(n_c):
-        samples = []
-        for arr in arrays[:max_arrays]:
-            index = tuple(c if a == "c" else (s // 2 if a in "tz" else slice(None, None, 4))
-                          for a, s in zip(axes, arr.shape))
-            samples.append(np.asarray(arr[index]).ravel())
-        lo, hi = np.percentile(np.concatenate(samples), [0.1, 99.9])
+        samples.append([np.asarray(arr[tuple(c if a == "c" else (s // 2 if a in "tz" else WINDOW_STRIDE)
+                                             for a, s in zip(axes, arr.shape))])
+                        for arr in arrays[:max_arrays]])
+    return windows_from_samples(samples, dtype)
+
+
+def windows_from_samples(samples: list[list[np.ndarray]], dtype: str) -> list[tuple[float, float, float, float]]:
+    """Display windows from per-channel samples (each the middle plane of a field, every 4th pixel)."""
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "ui" else np.finfo(dtype)
+    out = []
+    for per_field in samples:
+        lo, hi = np.percentile(np.concatenate([s.ravel() for s in per_field]), [0.1, 99.9])
         out.append((float(info.min), float(info.max), float(lo), float(max(hi, lo + 1))))
     return out
 

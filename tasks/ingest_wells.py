@@ -1,0 +1,150 @@
+"""``ingest`` with ``layout: well``: each field of view (FOV) goes from its source files straight
+into a well-level image, placed by its stage position, in one pass.
+
+The output is the plate ``ingest`` + ``reshard`` would make (same pixels, pyramid, FOV and well ROI
+tables, overlap policy and plate overview; each well lists one image, ``image_name``), without
+writing a per-FOV plate and reading it back. The placement, chunking, pyramid and metadata are
+reshard's own code (tasks/reshard.py); only where a FOV's pixels come from differs: here the
+instrument's files, read whole planes at a time. On a regular grid a level-0 shard is one FOV
+plane, so each file is read once."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from . import reshard
+from .io.ngff.acquisition import Acquisition, col_name, row_name
+from .io.ngff.hcs import (
+    MAX_WINDOW_FIELDS,
+    WINDOW_STRIDE,
+    field_axes,
+    field_levels,
+    field_path,
+    field_shape,
+    omero,
+    well_origins,
+    windows_from_samples,
+)
+from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
+from .io.ngff.placement import Fov
+from .io.readers.planes import plane_exists, read_plane_into
+from .runtime.contract import PlanContext, Unit
+
+
+def reshard_params(p: Any) -> reshard.Params:
+    """The reshard settings an ingest ``layout: well`` stands for (same names, same meaning)."""
+    return reshard.Params(input=p.input, output=p.output, image_name=p.image_name, overlap=p.overlap,
+                          chunk_yx=p.chunk_yx, shard_mb=p.shard_mb, min_size=p.min_size, overview=p.overview,
+                          overview_size=p.overview_size, codec=p.codec)
+
+
+def acquisition_wells(p: Any, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
+                      ) -> tuple[dict[str, Any], list[reshard.Well], str]:
+    """(plate dict as the NGFF plate metadata has it, wells with their FOVs, NGFF version): what
+    reshard would read back from the per-FOV plate ingest writes with ``layout: fov``."""
+    axes = field_axes(acq)
+    lead_shape = field_shape(acq)[:len(axes) - 3]
+    origins = well_origins(acq)
+    attrs: dict[str, Any] = {"omero": omero(acq.channels, windows)} if windows else {}
+    by_well: dict[tuple[int, int], list[Fov]] = {}
+    scale: list[float] = []
+    for (row, col, fld), planes in acq.fields().items():
+        level = field_levels(acq, planes[0], origins[(row, col)])[0]
+        scale = level.scale
+        fovs = by_well.setdefault((row, col), [])
+        fovs.append(Fov(f"FOV_{len(fovs) + 1}", field_path(row, col, fld, acq), tuple(level.translation[-3:]),
+                        (acq.n_z,) + tuple(acq.image_shape_yx),
+                        extra={"dtype": acq.dtype, "planes": [[pl.t, pl.c, pl.z, pl.path] for pl in planes]}))
+    wells = []
+    for (row, col), fovs in by_well.items():
+        path = f"{row_name(row)}/{col_name(col, acq.n_cols)}"
+        meta = ImageMeta(Path(p.output) / path / p.image_name, p.ngff_version, make_axes(axes), [], attrs)
+        wells.append(reshard.Well(path, meta, scale, fovs, np.dtype(acq.dtype), lead_shape, p.overlap))
+    plate = {"name": acq.name, "acquisitions": [{"id": 0, "name": acq.name}],
+             "rows": [{"name": row_name(r)} for r in range(1, acq.n_rows + 1)],
+             "columns": [{"name": col_name(c, acq.n_cols)} for c in range(1, acq.n_cols + 1)],
+             "wells": [{"path": w.path, "rowIndex": r - 1, "columnIndex": c - 1}
+                       for w, (r, c) in zip(wells, by_well)]}
+    return plate, reshard.one_canvas(wells), p.ngff_version
+
+
+def plan(p: Any, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+    missing_ok = p.missing == "zeros"
+    units = reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx)
+    for unit in units:
+        if unit.get("kind") == "compose":
+            unit["missing_ok"] = missing_ok
+    return units
+
+
+def run_unit(p: Any, unit: Unit) -> int:
+    rp = reshard_params(p)
+    if unit.get("kind") != "compose":
+        return reshard.run_unit(rp, unit)  # pyramid levels and the overview: from the well images
+    dst = rp.output_path() / unit["well"] / rp.image_name / "0"
+    return reshard.paint(unit, dst, rp.overlap, _file_reader(unit["missing_ok"]))
+
+
+def _file_reader(missing_ok: bool) -> reshard.FovReader:
+    def read(fov: Fov, lead: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
+        """lead: (t,) c; spatial: z, y, x. Each file is one (t, c, z) plane, read whole."""
+        files = {(t, c, z): path for t, c, z, path in fov.extra["planes"]}
+        zs, ys, xs = spatial
+        ranges = [range(s.start, s.stop) for s in lead]
+        dtype = np.dtype(fov.extra["dtype"])
+        out = np.zeros(tuple(map(len, ranges)) + (zs.stop - zs.start, ys.stop - ys.start, xs.stop - xs.start), dtype)
+        plane = np.empty(fov.size[-2:], dtype)
+        for index in np.ndindex(*out.shape[:len(ranges)]):
+            t, c = ((0,) + (ranges[0][index[0]],)) if len(ranges) == 1 else tuple(r[i] for r, i in zip(ranges, index))
+            for k, z in enumerate(range(zs.start, zs.stop)):
+                path = files.get((t, c, z))
+                if path is None or (missing_ok and not plane_exists(path)):
+                    continue  # stays zero: missing planes are recorded in finish
+                read_plane_into(path, plane)
+                out[index + (k,)] = plane[ys, xs]
+        return out
+
+    return read
+
+
+def finish(p: Any, acq: Acquisition) -> None:
+    missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
+    plate, wells, version = acquisition_wells(p, acq, source_windows(acq, missing))
+    rp = reshard_params(p)
+    reshard.finish_wells(rp, plate, wells, version)
+    fields = iter(acq.fields().values())
+    for well in wells:  # provenance: where each FOV came from (ingest's per-field attributes)
+        group = zarr.open_group(str(rp.output_path() / well.path / rp.image_name), mode="a",
+                                zarr_format=NGFF_FORMATS[version])
+        info = []
+        for fov in well.fovs:
+            first = (planes := next(fields))[0]
+            info.append({"fov": fov.name, "instrument_well": first.well_name, "field_index": first.field,
+                         "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
+                         "acquired": first.time,
+                         "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]})
+        group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
+
+
+def source_windows(acq: Acquisition, missing: set[str]) -> list[tuple[float, float, float, float]]:
+    """Display windows from the source files, sampled exactly as ``channel_windows`` samples the
+    per-FOV images (the middle t and z plane of the first fields, every 4th pixel), so both
+    layouts get the same omero windows."""
+    fields = list(acq.fields().values())[:MAX_WINDOW_FIELDS]
+    t, z = acq.n_t // 2, acq.n_z // 2
+    plane = np.empty(acq.image_shape_yx, dtype=acq.dtype)
+    samples = []
+    for c in range(acq.n_c):
+        per_field = []
+        for planes in fields:
+            path = next((pl.path for pl in planes if (pl.t, pl.c, pl.z) == (t, c, z)), None)
+            if path is None or path in missing:
+                per_field.append(np.zeros(plane[WINDOW_STRIDE, WINDOW_STRIDE].shape, plane.dtype))
+                continue
+            read_plane_into(path, plane)
+            per_field.append(plane[WINDOW_STRIDE, WINDOW_STRIDE].copy())
+        samples.append(per_field)
+    return windows_from_samples(samples, acq.dtype)
