@@ -58,7 +58,7 @@ from .reshard import ImageName
 from .runtime.contract import THREADS, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
-FINISH_IMPORTS = WRITER_MODULES
+FINISH_IMPORTS = WRITER_MODULES + ("anndata",)  # finish writes ROI tables (AnnData)
 BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 
@@ -98,6 +98,8 @@ class Params(TaskParams):
     shard_mb: float = Field(64.0, gt=0, description="layout well: shard size of the lower pyramid levels")
     overview: bool = Field(False, description="layout well: also write a plate overview image")
     overview_size: int = Field(256, ge=16, description="layout well: about this many overview pixels per well side")
+    volume_mb: float = Field(192.0, ge=0, description="layout well: a well's (t, c) volume up to this is built whole "
+                             "in one unit, its pyramid in memory; larger ones in regions, lower levels read back")
 
     _format: str | None = PrivateAttr(None)
 

@@ -38,7 +38,7 @@ def reshard_params(p: Any) -> reshard.Params:
     """The reshard settings an ingest ``layout: well`` stands for (same names, same meaning)."""
     return reshard.Params(input=p.input, output=p.output, image_name=p.image_name, overlap=p.overlap,
                           chunk_yx=p.chunk_yx, shard_mb=p.shard_mb, min_size=p.min_size, overview=p.overview,
-                          overview_size=p.overview_size, codec=p.codec)
+                          overview_size=p.overview_size, codec=p.codec, volume_mb=p.volume_mb)
 
 
 def acquisition_wells(p: Any, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None

@@ -130,7 +130,8 @@ def _codec(p: Params, arr: zarr.Array) -> Codec:
     return Codec()
 
 
-def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array) -> list[tuple[tuple[int, ...], ArraySpec, Level]]:
+def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array, across_lead: bool = True
+                 ) -> list[tuple[tuple[int, ...], ArraySpec, Level]]:
     spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
     itemsize = arr0.dtype.itemsize
     base = tuple(arr0.chunks)
@@ -141,7 +142,7 @@ def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array) -> list[tuple[tup
         chunks = level_chunks(shape, base, spatial, itemsize, target)
         shards = None
         if meta.zarr_format == 3 and p.shard_mb:
-            shards = level_shards(shape, chunks, spatial, itemsize, int(p.shard_mb * 2**20))
+            shards = level_shards(shape, chunks, spatial, itemsize, int(p.shard_mb * 2**20), across_lead)
         specs.append((factors, ArraySpec(shape, str(arr0.dtype), chunks, shards, codec, meta.zarr_format,
                                          tuple(meta.axis_names)), level))
     return specs
@@ -187,6 +188,21 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
                           "method": method, "sparse": sparse, "region": [list(r) for r in reg]})
         prev = level.path
     return units
+
+
+def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext) -> list[dict]:
+    """Create levels 1.. of an image whose writer builds them itself from each (t, c) volume of
+    level 0 it holds in memory (reshard, ingest layout well): so no shard spans two channels or time
+    points, and no two writers share one. Returns [{path, factors, method}] for those writers."""
+    root = base / image
+    arr0 = open_input_array(root / meta.levels[0].path)
+    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
+    method = _method(p, meta)
+    levels = []
+    for factors, spec, level in _level_specs(p, meta, arr0, across_lead=False):
+        ensure_array(root, level.path, spec, ctx)
+        levels.append({"path": level.path, "factors": list(factors), "method": method})
+    return levels
 
 
 def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[Level]:

@@ -41,6 +41,7 @@ from .io.storage.arrays import (
     open_input_array,
 )
 from .io.storage.chunk_io import write_region
+from .io.storage.downsample import downsample
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
@@ -61,7 +62,7 @@ from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_gr
 from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
-FINISH_IMPORTS = WRITER_MODULES
+FINISH_IMPORTS = WRITER_MODULES + ("anndata",)  # finish writes ROI tables (AnnData)
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
@@ -89,6 +90,9 @@ class Params(TaskParams):
     overview_size: int = Field(256, ge=16, description="overview: about this many pixels per well side")
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
     unit_mb: float = Field(32.0, gt=0)
+    volume_mb: float = Field(192.0, ge=0, description="a well's (t, c) volume up to this size is composed whole "
+                             "in one unit and its pyramid built in memory (each byte written once, nothing read "
+                             "back); larger wells go by unit_mb regions, lower levels read back from level 0")
 
     @model_validator(mode="after")
     def _new_plate(self) -> "Params":
@@ -249,6 +253,15 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -
     spec = well.spec(p, zf)
     ensure_array(image, "0", spec, ctx)
     n_lead = len(well.lead_shape)
+    volume = [(0, n) for n in spec.shape[n_lead:]]
+    if math.prod(spec.shape[n_lead:]) * well.dtype.itemsize <= p.volume_mb * 2**20:
+        # one unit per (t, c) volume: composed whole, its lower levels built from it in memory,
+        # every byte written once and nothing read back
+        levels = pyramid.plan_levels_in_memory(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+                                               well.image_meta(image, version), ctx)
+        return [{"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
+                 "region": [[k, k + 1] for k in lead] + [list(r) for r in volume], "fovs": well.fovs_in(volume)}
+                for i, lead in enumerate(np.ndindex(*well.lead_shape))]
     units: list[Unit] = [
         {"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "region": [list(r) for r in reg],
          "fovs": well.fovs_in(reg[n_lead:])}
@@ -282,7 +295,13 @@ def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
     data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
                    lambda fov, spatial: read(fov, lead_sl, spatial))
     write_region(dst, [a for a, _ in region], data)
-    return data.nbytes
+    nbytes = data.nbytes
+    for level in unit.get("levels", []):  # the unit holds a whole (t, c) volume: its pyramid, from memory
+        data = downsample(data, tuple(level["factors"]), level["method"])
+        write_region(open_for_write(dst_path.parent / level["path"], sparse=True),
+                     [a for a, _ in region[:n_lead]] + [0] * (dst.ndim - n_lead), data)
+        nbytes += data.nbytes
+    return nbytes
 
 
 def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:

@@ -68,8 +68,11 @@ def assert_same_plate(a: Path, b: Path) -> None:
                    [{k: v for k, v in r.items() if k != "source_path"} for r in rows_b]
 
 
-@pytest.mark.parametrize("version,overlap", [("0.5", "first"), ("0.4", "shift")])
-def test_layout_well_equals_ingest_then_reshard(cli, tmp_path, version, overlap):
+@pytest.mark.parametrize("version,overlap,volume_mb", [("0.5", "first", 192), ("0.4", "shift", 192),
+                                                       ("0.5", "mean", 0)])
+def test_layout_well_equals_ingest_then_reshard(cli, tmp_path, version, overlap, volume_mb):
+    """volume_mb 0: wells in unit_mb regions, lower levels read back from level 0 (the way for wells
+    too large to hold a channel's volume); else each channel's volume whole, its pyramid from memory."""
     raw = tmp_path / "raw"
     run(cli, "generate-plate", f"output={raw}", "wells=[B03,C05]", "grid=[2,2]", "shape=[64,96]", "z_planes=2",
         "overlap=0.1", "jitter_um=1.0")
@@ -77,11 +80,12 @@ def test_layout_well_equals_ingest_then_reshard(cli, tmp_path, version, overlap)
     run(cli, "ingest", f"input={raw}", f"output={fov_plate}", f"ngff_version={version}")
     two_pass = tmp_path / "two.zarr"
     run(cli, "reshard", f"input={fov_plate}", f"output={two_pass}", f"overlap={overlap}", "overview=true",
-        "overview_size=64", "min_size=32")
+        "overview_size=64", "min_size=32", f"volume_mb={volume_mb}")
     one_pass = tmp_path / "one.zarr"
     before = {f: f.read_bytes() for f in raw.rglob("*") if f.is_file()}
     run(cli, "ingest", f"input={raw}", f"output={one_pass}", "layout=well", f"ngff_version={version}",
-        f"overlap={overlap}", "overview=true", "overview_size=64", "min_size=32", executor="local")
+        f"overlap={overlap}", "overview=true", "overview_size=64", "min_size=32", f"volume_mb={volume_mb}",
+        executor="local")
     assert {f: f.read_bytes() for f in raw.rglob("*") if f.is_file()} == before, "the raw folder is only read"
     assert_same_plate(two_pass, one_pass)
     validate_store(one_pass)
@@ -126,3 +130,20 @@ def test_layout_well_refuses_a_single_image(cli, tmp_path):
                          "--set", f"output={tmp_path / 'o.zarr'}", "--set", "layout=well")
     assert code == 2 and "layout 'well' is for plates" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_a_channels_volume_in_memory_gives_the_pyramid_that_reading_back_gives(cli, tmp_path):
+    """The two ways of building a well's lower levels give the same pixels (shards differ: in memory,
+    no shard spans two channels)."""
+    raw = tmp_path / "raw"
+    run(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[2,3]", "shape=[50,70]", "z_planes=3",
+        "z_step=0.2", "overlap=0.1", "jitter_um=2.0")
+    for volume_mb in (0, 192):
+        run(cli, "ingest", f"input={raw}", f"output={tmp_path / f'{volume_mb}.zarr'}", "layout=well",
+            "min_size=8", f"volume_mb={volume_mb}")
+    a, b = tmp_path / "0.zarr" / "B" / "03" / "well", tmp_path / "192.zarr" / "B" / "03" / "well"
+    levels = sorted(p.name for p in a.iterdir() if p.name.isdigit())
+    assert len(levels) >= 4 and levels == sorted(p.name for p in b.iterdir() if p.name.isdigit())
+    for level in levels:
+        np.testing.assert_array_equal(zarr.open_array(str(a / level))[:], zarr.open_array(str(b / level))[:])
+    assert metadata_files(a)["zarr.json"] == metadata_files(b)["zarr.json"]

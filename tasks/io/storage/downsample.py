@@ -60,8 +60,21 @@ def _mean(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
         part = _sub(x, offs, factors)
         if part.size:
             acc[tuple(slice(0, s) for s in part.shape)] += part
-    acc /= _axis_counts(x.shape, factors)
+    _divide_by_counts(acc, x.shape, factors)
+    if x.dtype.kind in "ui":  # a mean lies within its inputs' range: round, no clipping needed
+        return np.rint(acc, out=acc).astype(x.dtype)
     return cast_like(acc, x.dtype)
+
+
+def _divide_by_counts(acc: np.ndarray, shape: tuple[int, ...], factors: tuple[int, ...]) -> None:
+    """acc /= the number of pixels each output pixel averages: the product of the factors, except
+    in the last, partial block along an axis whose size the factor does not divide. In place,
+    without an output-sized array of counts (that cost as much as the sums)."""
+    partial = [(axis, n % f) for axis, (n, f) in enumerate(zip(shape, factors)) if n % f]
+    if not partial:
+        acc /= acc.dtype.type(math.prod(factors))
+        return
+    acc /= _axis_counts(shape, factors)
 
 
 def cast_like(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

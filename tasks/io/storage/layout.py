@@ -38,12 +38,13 @@ def level_chunks(shape: tuple[int, ...], base_chunks: tuple[int, ...], spatial: 
 
 
 def level_shards(shape: tuple[int, ...], chunks: tuple[int, ...], spatial: list[int], itemsize: int,
-                 shard_bytes: int) -> tuple[int, ...] | None:
+                 shard_bytes: int, across_lead: bool = True) -> tuple[int, ...] | None:
     """Shards grown in whole chunks, spatial axes first; once a shard covers the whole plane or
-    volume, along channels/time too, so a small level is one file. None where a shard would be a
-    single chunk (zarr then takes its slower shard path for nothing)."""
+    volume, along channels/time too (unless ``across_lead`` is False: one writer per channel and
+    time point), so a small level is one file. None where a shard would be a single chunk (zarr
+    then takes its slower shard path for nothing)."""
     shards = grow(chunks, shape, spatial, itemsize, shard_bytes, multiple_of=chunks)
-    if all(shards[a] >= shape[a] for a in spatial):
+    if across_lead and all(shards[a] >= shape[a] for a in spatial):
         lead = [a for a in range(len(shape)) if a not in spatial]
         shards = grow(shards, shape, lead, itemsize, shard_bytes, multiple_of=chunks)
     return None if shards == tuple(chunks) else shards

@@ -1,0 +1,125 @@
+"""From a CellVoyager folder to a well-level OME-Zarr plate: zarrmill vs Fractal's converter.
+
+  python tests/bench/bench_peers.py [--wells 3] [--grid 2] [--z 4] [--channels 2] [--shape 2000,2000]
+                                    [--processes 2] [--peers-python .venv-peers/bin/python] [--repeat 1]
+
+The folder is made by ``zarrmill task generate-plate`` (the mrf/mlf fields a real CV7000/CV8000
+writes; Fractal's parser reads it). Default: 3 wells x 2x2 fields x 4 z x 2 channels, 96 TIFFs of
+2000 x 2000 uint16, the case of issue #17.
+
+- fractal-uzh-converters (Fractal's CellVoyager converter, public API, ``--processes`` processes),
+  from its own venv (tests/peers/requirements.txt; tests/run makes .venv-peers);
+- zarrmill ``ingest layout: well`` with the default executor (``local``): same layout (one image
+  per well, FOVs placed by stage position, pyramid, FOV and well ROI tables);
+- zarrmill ``ingest`` (per-FOV) + ``reshard``: the two-pass way this replaces;
+- floor: read every TIFF, compress it (zarrmill's codec) and write it, on all cores.
+
+Wall time and peak RSS of the whole process tree (sampled every 50 ms), files and bytes written;
+level 0 of every well is compared pixel for pixel between Fractal's and zarrmill's output. Each
+tool runs ``--repeat`` times, alternating, the best time reported (the machine is shared)."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import zarr
+from bench_ingest import FLOOR
+from measure import files_and_bytes, python, run_measured, table, zarrmill
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def generate(raw: Path, a: argparse.Namespace) -> None:
+    wells = ",".join(["B03", "B04", "C03", "C04", "D03", "D04"][:a.wells])
+    run_measured(zarrmill("task", "generate-plate", "--executor", "local", "--set", f"output={raw}",
+                          "--set", f"wells=[{wells}]", "--set", f"grid=[{a.grid},{a.grid}]",
+                          "--set", f"shape=[{a.shape}]", "--set", f"z_planes={a.z}",
+                          "--set", f"channels={a.channels}"))
+
+
+def well_arrays(plate: Path) -> dict[str, np.ndarray]:
+    """Level 0 of the (one) image of every well."""
+    group = zarr.open_group(str(plate), mode="r")
+    attrs = group.attrs.asdict()
+    attrs = attrs.get("ome", attrs)
+    out = {}
+    for well in attrs["plate"]["wells"]:
+        wa = zarr.open_group(str(plate / well["path"]), mode="r").attrs.asdict()
+        image = (wa.get("ome", wa))["well"]["images"][0]["path"]
+        out[well["path"]] = zarr.open_array(str(plate / well["path"] / image / "0"), mode="r")[:]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--wells", type=int, default=3)
+    ap.add_argument("--grid", type=int, default=2)
+    ap.add_argument("--z", type=int, default=4)
+    ap.add_argument("--channels", type=int, default=2)
+    ap.add_argument("--shape", default="2000,2000")
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--peers-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--workdir", default=None, help="where to write (default: a temporary folder)")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=a.workdir))
+    try:
+        raw = work / "raw"
+        generate(raw, a)
+        n_files, raw_bytes = files_and_bytes(raw)
+        print(f"input: {n_files} files, {raw_bytes / 1e6:.0f} MB ({a.wells} wells x {a.grid}x{a.grid} fields x "
+              f"{a.z} z x {a.channels} channels, {a.shape} uint16)", flush=True)
+        tools = {
+            "floor: read + compress + write, all cores": lambda out: python(FLOOR.format(folder=str(raw), out=str(out))),
+            f"fractal-uzh-converters ({a.processes} processes)": lambda out: [
+                a.peers_python, str(REPO / "tests" / "peers" / "fractal_cellvoyager.py"), str(raw), str(out),
+                str(a.processes)],
+            "zarrmill ingest layout: well (local, default)": lambda out: zarrmill(
+                "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
+                "--set", "layout=well"),
+        }
+        best: dict[str, tuple[float, float]] = {}
+        outputs: dict[str, Path] = {}
+        for r in range(a.repeat):
+            for i, (name, cmd) in enumerate(tools.items()):
+                out = work / f"out{i}-{r}"
+                measured = run_measured(cmd(out))
+                print(f"  {name}: {measured.seconds:.1f} s, peak {measured.peak_mb:.0f} MB", flush=True)
+                if name not in best or measured.seconds < best[name][0]:
+                    best[name] = (measured.seconds, measured.peak_mb)
+                if name in outputs:
+                    shutil.rmtree(outputs[name], ignore_errors=True)
+                outputs[name] = out
+        two = work / "two"
+        fov = run_measured(zarrmill("task", "ingest", "--set", f"input={raw}", "--set", f"output={two / 'fov.zarr'}"))
+        wells = run_measured(zarrmill("task", "reshard", "--set", f"input={two / 'fov.zarr'}",
+                                      "--set", f"output={two / 'plate.zarr'}"))
+        best["zarrmill ingest + reshard (two passes, local)"] = (fov.seconds + wells.seconds, max(fov.peak_mb, wells.peak_mb))
+        outputs["zarrmill ingest + reshard (two passes, local)"] = two
+
+        names = list(best)
+        fractal_name, ours_name = names[1], names[2]
+        fractal_plate = outputs[fractal_name] / "plate.zarr"
+        theirs, ours = well_arrays(fractal_plate), well_arrays(outputs[ours_name] / "plate.zarr")
+        same = sorted(theirs) == sorted(ours) and all(np.array_equal(theirs[w], ours[w]) for w in theirs)
+        rows = []
+        for name in names:
+            seconds, peak = best[name]
+            files, nbytes = files_and_bytes(outputs[name])
+            rows.append((name, f"{seconds:.1f}", f"{best[fractal_name][0] / seconds:.2f}x",
+                         f"{best[names[0]][0] / seconds:.2f}x", f"{peak:.0f}", f"{nbytes / 1e6:.0f}", files))
+        print()
+        print(table(rows, ("method", "wall s", "vs Fractal", "vs floor", "peak MB", "MB written", "files")))
+        print(f"\nlevel 0 of every well, Fractal vs zarrmill layout well: {'identical' if same else 'DIFFERENT'}")
+        if not same:
+            sys.exit(1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
