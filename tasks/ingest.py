@@ -88,6 +88,8 @@ class Params(TaskParams):
     # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+    well_names: Literal["plate", "fractal"] = Field("plate", description="1536-well plates: plate = rows A..AF, "
+                                                     "columns 01..48; fractal = as Fractal names them (B03.a1 -> Ba/031)")
     layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
                                            "each well one image, its FOVs placed by stage position (what "
                                            "ingest + reshard make, in one pass, with pyramid and ROI tables)")
@@ -152,6 +154,7 @@ def read_acquisition(p: Params) -> Acquisition:
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
+    acq.well_names = p.well_names
     if p.channel_names:
         if len(p.channel_names) != acq.n_c:
             raise ConfigError(f"channel_names has {len(p.channel_names)} names but the data has {acq.n_c} channels")

@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 
 from . import reshard
-from .io.ngff.acquisition import Acquisition, col_name, row_name
+from .io.ngff.acquisition import Acquisition
 from .io.ngff.hcs import (
     MAX_WINDOW_FIELDS,
     WINDOW_STRIDE,
@@ -60,12 +60,12 @@ def acquisition_wells(p: Any, acq: Acquisition, windows: list[tuple[float, float
                         extra={"dtype": acq.dtype, "planes": [[pl.t, pl.c, pl.z, pl.path] for pl in planes]}))
     wells = []
     for (row, col), fovs in by_well.items():
-        path = f"{row_name(row)}/{col_name(col, acq.n_cols)}"
+        path = f"{acq.row_label(row)}/{acq.col_label(col)}"
         meta = ImageMeta(Path(p.output) / path / p.image_name, p.ngff_version, make_axes(axes), [], attrs)
         wells.append(reshard.Well(path, meta, scale, fovs, np.dtype(acq.dtype), lead_shape, p.overlap))
     plate = {"name": acq.name, "acquisitions": [{"id": 0, "name": acq.name}],
-             "rows": [{"name": row_name(r)} for r in range(1, acq.n_rows + 1)],
-             "columns": [{"name": col_name(c, acq.n_cols)} for c in range(1, acq.n_cols + 1)],
+             "rows": [{"name": acq.row_label(r)} for r in range(1, acq.n_rows + 1)],
+             "columns": [{"name": acq.col_label(c)} for c in range(1, acq.n_cols + 1)],
              "wells": [{"path": w.path, "rowIndex": r - 1, "columnIndex": c - 1}
                        for w, (r, c) in zip(wells, by_well)]}
     return plate, reshard.one_canvas(wells), p.ngff_version

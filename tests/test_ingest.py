@@ -290,3 +290,29 @@ def test_a_position_that_is_not_a_finite_number_is_refused(cli, tmp_path, bad):
                           f"positions={csv_path}", "pixel_size=[0.5,0.5]")
     assert code == 2 and "positions.csv:2:" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "p.zarr").exists()
+
+
+@pytest.mark.parametrize("layout", ["fov", "well"])
+def test_1536_wells_named_as_fractal_names_them_on_request(cli, tmp_path, layout):
+    mlf, mrf, shrink = VARIANTS["1536"]
+    folder, _ = cellvoyager_folder(tmp_path / "raw", mlf, mrf, shrink)
+    for names, out in (("plate", "grid.zarr"), ("fractal", "fractal.zarr")):
+        code, _, err = ingest(cli, folder, tmp_path / out, f"well_names={names}", f"layout={layout}")
+        assert code == 0, err
+    grid = json.loads((tmp_path / "grid.zarr" / "zarr.json").read_text())["attributes"]["ome"]["plate"]
+    fractal = json.loads((tmp_path / "fractal.zarr" / "zarr.json").read_text())["attributes"]["ome"]["plate"]
+    # the instrument's well B03.a1: row 5, column 9 of the 32 x 48 grid; Fractal: row Ba, column 031
+    assert [w["path"] for w in grid["wells"]] == ["E/09"]
+    assert [w["path"] for w in fractal["wells"]] == ["Ba/031"]
+    assert [r["name"] for r in fractal["rows"]][:5] == ["Aa", "Ab", "Ac", "Ad", "Ba"] and len(fractal["rows"]) == 32
+    assert [c["name"] for c in fractal["columns"]][:5] == ["011", "012", "013", "014", "021"]
+    assert len(fractal["columns"]) == 48
+    # fractal-tasks-core's own inverse (get_filename_well_id): row[0] + col[:2] + "." + row[1] + col[2]
+    row, col = fractal["wells"][0]["path"].split("/")
+    assert f"{row[0]}{col[:2]}.{row[1]}{col[2]}" == "B03.a1"
+    for plate in ("grid.zarr", "fractal.zarr"):
+        validate_store(tmp_path / plate)
+        assert check_store(tmp_path / plate)[0] == []
+    image = "0" if layout == "fov" else "well"
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "grid.zarr" / "E" / "09" / image / "0"))[:],
+                                  zarr.open_array(str(tmp_path / "fractal.zarr" / "Ba" / "031" / image / "0"))[:])

@@ -47,6 +47,19 @@ class Acquisition:
     n_cols: int
     bit_depth: int | None = None
     source: str = ""
+    well_names: str = "plate"  # "fractal": 1536-well plates named as Fractal names them (Ba/031)
+
+    def row_label(self, row: int) -> str:
+        """The plate row's name in the output (NGFF row path)."""
+        if self.well_names == "fractal" and (self.n_rows, self.n_cols) == (32, 48):
+            return row_name((row - 1) // 4 + 1) + "abcd"[(row - 1) % 4]
+        return row_name(row)
+
+    def col_label(self, col: int) -> str:
+        """The plate column's name in the output (NGFF column path)."""
+        if self.well_names == "fractal" and (self.n_rows, self.n_cols) == (32, 48):
+            return f"{(col - 1) // 4 + 1:02d}{(col - 1) % 4 + 1}"
+        return col_name(col, self.n_cols)
 
     @property
     def n_t(self) -> int:

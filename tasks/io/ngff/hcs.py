@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .acquisition import Acquisition, Channel, Plane, col_name, row_name
+from .acquisition import Acquisition, Channel, Plane
 from .metadata import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
 
 MAX_CHUNK_SIDE = 1280
@@ -37,7 +37,7 @@ def field_shape(acq: Acquisition) -> tuple[int, ...]:
 def field_path(row: int, col: int, fld: int, acq: Acquisition) -> str:
     """Path of a field image inside the plate; fields are numbered from 0 in each well."""
     fields = acq.wells()[(row, col)]
-    return f"{row_name(row)}/{col_name(col, acq.n_cols)}/{fields.index(fld)}"
+    return f"{acq.row_label(row)}/{acq.col_label(col)}/{fields.index(fld)}"
 
 
 def well_origins(acq: Acquisition) -> dict[tuple[int, int], tuple[float, float]]:
@@ -105,8 +105,8 @@ def write_plate(root: Path, acq: Acquisition, version: str, field_paths: list[st
         group = zarr.open_group(str(root / well), mode="a", zarr_format=zf)
         write_well_metadata(group, [{"path": im, "acquisition": 0} for im in images], fmt=fmt)
     # The whole plate grid, so viewers place each well at its true plate position.
-    rows = [row_name(r) for r in range(1, acq.n_rows + 1)]
-    cols = [col_name(c, acq.n_cols) for c in range(1, acq.n_cols + 1)]
+    rows = [acq.row_label(r) for r in range(1, acq.n_rows + 1)]
+    cols = [acq.col_label(c) for c in range(1, acq.n_cols + 1)]
     plate = zarr.open_group(str(root), mode="a", zarr_format=zf)
     write_plate_metadata(plate, rows, cols, list(wells), fmt=fmt, name=acq.name, field_count=field_count,
                          acquisitions=[{"id": 0, "name": acq.name}])
