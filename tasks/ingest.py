@@ -34,8 +34,8 @@ from .io.storage.arrays import (
     open_for_write,
     region_slices,
 )
-from .io.readers.cellvoyager import has_measurement, read_cellvoyager, unlisted_images
-from .io.readers.imagexpress import has_htd, read_imagexpress
+from .io.readers.cellvoyager import unlisted_images
+from .io.readers.registry import ReadOptions, detect, reader
 from .io.storage.chunk_io import write_region
 from .io.ngff.hcs import (
     channel_windows,
@@ -50,7 +50,6 @@ from .io.ngff.hcs import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
-from .io.readers.scenes import is_multi_scene, read_scenes
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
 from .io.ngff.placement import Policy
@@ -132,25 +131,20 @@ class Params(TaskParams):
         if not path.exists():
             raise InputNotFoundError(f"{self.input}: input does not exist")
         if path.is_file():
-            return "scenes" if is_multi_scene(path) else "image"
+            return detect(path) or "image"
         if self.pattern:
             return "pattern"
-        if path.is_dir() and has_htd(path):
-            return "imagexpress"
-        if path.is_dir() and has_measurement(path):
-            return "cellvoyager"
-        raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, scenes, image)")
+        found = detect(path)
+        if found is None:
+            raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, scenes, image)")
+        return found
 
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
 def read_acquisition(p: Params) -> Acquisition:
-    fmt = p.resolved_format()
-    if fmt == "cellvoyager":
-        acq = read_cellvoyager(Path(p.input), p.mlf, p.mrf)
-    elif fmt == "imagexpress":
-        acq = read_imagexpress(Path(p.input), *p.pixel_size_override())
-    elif fmt == "scenes":
-        acq = read_scenes(Path(p.input), *p.pixel_size_override())
+    plate_reader = reader(p.resolved_format())
+    if plate_reader is not None:
+        acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf))
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
