@@ -87,6 +87,9 @@ class Params(TaskParams):
     # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
+    projections: Literal["skip", "only"] = Field("skip", description="imagexpress: the z projections MetaXpress "
+                                                  "writes beside ZStep_ folders: skip them, or ingest only them (a plate "
+                                                  "of 2D projections, its own output; ingest twice for both)")
     well_names: Literal["plate", "fractal"] = Field("plate", description="1536-well plates: plate = rows A..AF, "
                                                      "columns 01..48; fractal = as Fractal names them (B03.a1 -> Ba/031)")
     layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
@@ -143,8 +146,11 @@ class Params(TaskParams):
 # -- reading the acquisition (driver) -------------------------------------------------------------
 def read_acquisition(p: Params) -> Acquisition:
     plate_reader = reader(p.resolved_format())
+    if p.projections == "only" and p.resolved_format() != "imagexpress":
+        raise ConfigError(f"{p.input}: projections: only is for ImageXpress plates; this input is {p.resolved_format()}")
     if plate_reader is not None:
-        acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf))
+        acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf,
+                                                           projections=p.projections == "only"))
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)

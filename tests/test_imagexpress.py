@@ -113,3 +113,35 @@ def test_two_htd_files_and_a_duplicate_plane_are_one_line(cli, tmp_path):
     code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={plate}",
                        "--set", f"output={tmp_path / 'q.zarr'}")
     assert code == 2 and "2 .HTD plate files" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_projections_on_request_are_their_own_plate_of_2d_images(cli, tmp_path):
+    raw = imagexpress_folder(tmp_path / "raw")
+    out = tmp_path / "projections.zarr"
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={out}",
+                       "--set", "projections=only")
+    assert code == 0, err
+    validate_store(out)
+    assert check_store(out)[0] == []
+    for well in WELLS:
+        for site in SITES:
+            data = zarr.open_array(str(out / well[0] / well[1:] / str(site - 1) / "0"))[:]
+            assert data.shape == (2, 2, 1, 24, 40)  # t, c, z (one: the projection), y, x
+            for t in (1, 2):
+                for wave in WAVES:
+                    expected = np.max([pixels(well, site, wave, z, t) for z in Z_UM], axis=0)
+                    np.testing.assert_array_equal(data[t - 1, wave - 1, 0], expected)
+    # a plate without projections, and projections asked of another format: one line each
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={tmp_path / 'cv'}",
+                       "--set", "wells=[B03]", "--set", "grid=[1,1]", "--set", "shape=[16,16]")
+    assert code == 0, err
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'cv'}",
+                       "--set", f"output={tmp_path / 'x.zarr'}", "--set", "projections=only")
+    assert code == 2 and "projections: only is for ImageXpress" in err and len(err.strip().splitlines()) == 1
+    for f in raw.rglob("*.tif"):
+        if f.parent.name.startswith("TimePoint_") and "_thumb" not in f.name:
+            f.unlink()  # the projections
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set",
+                       f"output={tmp_path / 'none.zarr'}", "--set", "projections=only")
+    assert code == 2 and "no z projections" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "none.zarr").exists()

@@ -90,9 +90,10 @@ def _htd_int(htd: dict[str, list[str]], key: str, path: Path, default: int | Non
     return value
 
 
-def list_files(plate: Path) -> tuple[list[File], int]:
-    """(image files, number of projections skipped); thumbnails are never images."""
-    files, projections = [], 0
+def list_files(plate: Path, projections: bool = False) -> tuple[list[File], int]:
+    """(image files, number of projections skipped); thumbnails are never images. With
+    ``projections``: the z projections only (one plane per field, wavelength and time point)."""
+    files, skipped = [], 0
     has_zsteps: dict[Path, bool] = {}  # per folder, not per file: a TimePoint folder holds thousands
     for f in sorted(plate.rglob("*")):
         m = NAME.match(f.name)
@@ -103,11 +104,12 @@ def list_files(plate: Path) -> tuple[list[File], int]:
         zs = [int(ZSTEP.match(p).group(1)) for p in parts if ZSTEP.match(p)]
         if f.parent not in has_zsteps:
             has_zsteps[f.parent] = any(ZSTEP.match(d.name) and d.is_dir() for d in f.parent.iterdir())
-        if not zs and has_zsteps[f.parent]:
-            projections += 1  # MetaXpress writes the z projection beside the ZStep_ folders
+        is_projection = not zs and has_zsteps[f.parent]  # MetaXpress writes it beside the ZStep_ folders
+        if is_projection != projections:
+            skipped += is_projection
             continue
         files.append(File(f, m["well"].upper(), int(m["site"] or 1), int(m["wave"] or 1), t, zs[0] if zs else 1))
-    return files, projections
+    return files, skipped
 
 
 def plane_tags(path: Path) -> dict[str, Any]:
@@ -135,12 +137,17 @@ def _number(tags: dict[str, Any], key: str, path: Path, default: float | None = 
     return number
 
 
-def read_imagexpress(folder: Path, pixel_size_yx: tuple[float, float] | None, z_step: float | None) -> Acquisition:
+def read_imagexpress(folder: Path, pixel_size_yx: tuple[float, float] | None, z_step: float | None,
+                     projections: bool = False) -> Acquisition:
+    """The plate's z planes; with ``projections``, its z projections instead (2D, one per field)."""
     htd_path = find_htd(folder)
     plate = htd_path.parent
     htd = parse_htd(htd_path)
     n_cols, n_rows = _htd_int(htd, "XWells", htd_path), _htd_int(htd, "YWells", htd_path)
-    files, _ = list_files(plate)
+    files, _ = list_files(plate, projections)
+    if projections and not files:
+        raise InputError(f"{plate}: no z projections (files beside TimePoint_N/ZStep_N folders); "
+                         f"leave projections at skip")
     if not files:
         raise InputError(f"{plate}: no ImageXpress images (<plate>_<well>[_s<site>][_w<wave>]<UUID>.tif)")
     image_shape_yx, dtype = plane_header(files[0].path)

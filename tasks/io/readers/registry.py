@@ -28,6 +28,7 @@ class ReadOptions:
     z_step: float | None = None  # overrides the metadata's z step, micrometer
     mlf: str | None = None  # CellVoyager: measurement data file name
     mrf: str | None = None  # CellVoyager: measurement detail file name
+    projections: bool = False  # ImageXpress: the z projections instead of the z planes
 
 
 class PlateReader(Protocol):
@@ -48,7 +49,7 @@ class Reader:
 # In the order ``format: auto`` tries them (an ImageXpress plate folder may also hold other files).
 PLATE_READERS: tuple[PlateReader, ...] = (
     Reader("imagexpress", lambda p: p.is_dir() and has_htd(p),
-           lambda p, o: read_imagexpress(p, o.pixel_size_yx, o.z_step)),
+           lambda p, o: read_imagexpress(p, o.pixel_size_yx, o.z_step, o.projections)),
     Reader("cellvoyager", lambda p: p.is_dir() and has_measurement(p),
            lambda p, o: read_cellvoyager(p, o.mlf, o.mrf)),
     Reader("scenes", lambda p: p.is_file() and is_multi_scene(p),
