@@ -190,16 +190,18 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
     return units
 
 
-def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext) -> list[dict]:
-    """Create levels 1.. of an image whose writer builds them itself from each (t, c) volume of
-    level 0 it holds in memory (reshard, ingest layout well): so no shard spans two channels or time
-    points, and no two writers share one. Returns [{path, factors, method}] for those writers."""
+def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+                          across_lead: bool = False) -> list[dict]:
+    """Create levels 1.. of an image whose writers build them from the level-0 volumes they hold in
+    memory (reshard, ingest layout well). Unless one writer holds every channel and time point
+    (``across_lead``), no shard spans two, so no two writers share one. Returns [{path, factors,
+    method}] for those writers."""
     root = base / image
     arr0 = open_input_array(root / meta.levels[0].path)
     check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
     method = _method(p, meta)
     levels = []
-    for factors, spec, level in _level_specs(p, meta, arr0, across_lead=False):
+    for factors, spec, level in _level_specs(p, meta, arr0, across_lead=across_lead):
         ensure_array(root, level.path, spec, ctx)
         levels.append({"path": level.path, "factors": list(factors), "method": method})
     return levels

@@ -254,14 +254,19 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -
     ensure_array(image, "0", spec, ctx)
     n_lead = len(well.lead_shape)
     volume = [(0, n) for n in spec.shape[n_lead:]]
-    if math.prod(spec.shape[n_lead:]) * well.dtype.itemsize <= p.volume_mb * 2**20:
-        # one unit per (t, c) volume: composed whole, its lower levels built from it in memory,
-        # every byte written once and nothing read back
+    volume_bytes = math.prod(spec.shape[n_lead:]) * well.dtype.itemsize
+    if volume_bytes <= p.volume_mb * 2**20:
+        # the whole well in one unit, or else one unit per (t, c) volume: composed whole, its lower
+        # levels built from it in memory (every byte written once, nothing read back); level shards
+        # span channels only where one unit holds them all
+        whole = volume_bytes * math.prod(well.lead_shape) <= p.volume_mb * 2**20
         levels = pyramid.plan_levels_in_memory(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                               well.image_meta(image, version), ctx)
+                                               well.image_meta(image, version), ctx, across_lead=whole)
+        leads = [[[0, n] for n in well.lead_shape]] if whole else \
+            [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
         return [{"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
-                 "region": [[k, k + 1] for k in lead] + [list(r) for r in volume], "fovs": well.fovs_in(volume)}
-                for i, lead in enumerate(np.ndindex(*well.lead_shape))]
+                 "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume)}
+                for i, lead in enumerate(leads)]
     units: list[Unit] = [
         {"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "region": [list(r) for r in reg],
          "fovs": well.fovs_in(reg[n_lead:])}

@@ -69,10 +69,11 @@ def assert_same_plate(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("version,overlap,volume_mb", [("0.5", "first", 192), ("0.4", "shift", 192),
-                                                       ("0.5", "mean", 0)])
+                                                       ("0.5", "mean", 0), ("0.5", "last", 0.15)])
 def test_layout_well_equals_ingest_then_reshard(cli, tmp_path, version, overlap, volume_mb):
     """volume_mb 0: wells in unit_mb regions, lower levels read back from level 0 (the way for wells
-    too large to hold a channel's volume); else each channel's volume whole, its pyramid from memory."""
+    too large to hold a channel's volume); 0.15: one unit per channel volume (a well is ~0.18 MB);
+    192: one unit per well; both build the pyramid from memory."""
     raw = tmp_path / "raw"
     run(cli, "generate-plate", f"output={raw}", "wells=[B03,C05]", "grid=[2,2]", "shape=[64,96]", "z_planes=2",
         "overlap=0.1", "jitter_um=1.0")
@@ -138,12 +139,18 @@ def test_a_channels_volume_in_memory_gives_the_pyramid_that_reading_back_gives(c
     raw = tmp_path / "raw"
     run(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[2,3]", "shape=[50,70]", "z_planes=3",
         "z_step=0.2", "overlap=0.1", "jitter_um=2.0")
-    for volume_mb in (0, 192):
+    for volume_mb in (0, 0.2, 192):  # read back; one unit per channel volume (~0.13 MB); one per well
         run(cli, "ingest", f"input={raw}", f"output={tmp_path / f'{volume_mb}.zarr'}", "layout=well",
             "min_size=8", f"volume_mb={volume_mb}")
-    a, b = tmp_path / "0.zarr" / "B" / "03" / "well", tmp_path / "192.zarr" / "B" / "03" / "well"
+    a = tmp_path / "0.zarr" / "B" / "03" / "well"
     levels = sorted(p.name for p in a.iterdir() if p.name.isdigit())
-    assert len(levels) >= 4 and levels == sorted(p.name for p in b.iterdir() if p.name.isdigit())
-    for level in levels:
-        np.testing.assert_array_equal(zarr.open_array(str(a / level))[:], zarr.open_array(str(b / level))[:])
-    assert metadata_files(a)["zarr.json"] == metadata_files(b)["zarr.json"]
+    assert len(levels) >= 4
+    for other in ("0.2", "192"):
+        b = tmp_path / f"{other}.zarr" / "B" / "03" / "well"
+        assert levels == sorted(p.name for p in b.iterdir() if p.name.isdigit())
+        for level in levels:
+            np.testing.assert_array_equal(zarr.open_array(str(a / level))[:], zarr.open_array(str(b / level))[:])
+        assert metadata_files(a)["zarr.json"] == metadata_files(b)["zarr.json"]
+    # one unit per channel: no level-1 shard spans both channels
+    shard = json.loads((tmp_path / "0.2.zarr" / "B" / "03" / "well" / "1" / "zarr.json").read_text())
+    assert shard["chunk_grid"]["configuration"]["chunk_shape"][0] == 1
