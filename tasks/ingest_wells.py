@@ -10,7 +10,7 @@ plane, so each file is read once."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -33,15 +33,18 @@ from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, read_plane_into
 from .runtime.contract import PlanContext, Unit
 
+if TYPE_CHECKING:  # ingest imports this module
+    from . import ingest
 
-def reshard_params(p: Any) -> reshard.Params:
+
+def reshard_params(p: "ingest.Params") -> reshard.Params:
     """The reshard settings an ingest ``layout: well`` stands for (same names, same meaning)."""
     return reshard.Params(input=p.input, output=p.output, image_name=p.image_name, overlap=p.overlap,
                           chunk_yx=p.chunk_yx, shard_mb=p.shard_mb, min_size=p.min_size, overview=p.overview,
                           overview_size=p.overview_size, codec=p.codec, volume_mb=p.volume_mb)
 
 
-def acquisition_wells(p: Any, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
+def acquisition_wells(p: "ingest.Params", acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
                       ) -> tuple[dict[str, Any], list[reshard.Well], str]:
     """(plate dict as the NGFF plate metadata has it, wells with their FOVs, NGFF version): what
     reshard would read back from the per-FOV plate ingest writes with ``layout: fov``."""
@@ -71,7 +74,7 @@ def acquisition_wells(p: Any, acq: Acquisition, windows: list[tuple[float, float
     return plate, reshard.one_canvas(wells), p.ngff_version
 
 
-def plan(p: Any, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+def plan(p: "ingest.Params", acq: Acquisition, ctx: PlanContext) -> list[Unit]:
     missing_ok = p.missing == "zeros"
     units = reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx)
     for unit in units:
@@ -80,7 +83,7 @@ def plan(p: Any, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
     return units
 
 
-def run_unit(p: Any, unit: Unit) -> int:
+def run_unit(p: "ingest.Params", unit: Unit) -> int:
     rp = reshard_params(p)
     if unit.get("kind") != "compose":
         return reshard.run_unit(rp, unit)  # pyramid levels and the overview: from the well images
@@ -110,23 +113,24 @@ def _file_reader(missing_ok: bool) -> reshard.FovReader:
     return read
 
 
-def finish(p: Any, acq: Acquisition) -> None:
+def finish(p: "ingest.Params", acq: Acquisition) -> None:
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
     plate, wells, version = acquisition_wells(p, acq, source_windows(acq, missing))
     rp = reshard_params(p)
-    reshard.finish_wells(rp, plate, wells, version)
-    fields = iter(acq.fields().values())
-    for well in wells:  # provenance: where each FOV came from (ingest's per-field attributes)
-        group = zarr.open_group(str(rp.output_path() / well.path / rp.image_name), mode="a",
-                                zarr_format=NGFF_FORMATS[version])
+    planes_of = {field_path(row, col, fld, acq): planes for (row, col, fld), planes in acq.fields().items()}
+    for well in wells:  # provenance first: the well and plate metadata finish_wells writes come last
         info = []
         for fov in well.fovs:
-            first = (planes := next(fields))[0]
+            planes = planes_of[fov.path]
+            first = planes[0]
             info.append({"fov": fov.name, "instrument_well": first.well_name, "field_index": first.field,
                          "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                          "acquired": first.time,
                          "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]})
+        group = zarr.open_group(str(rp.output_path() / well.path / rp.image_name), mode="a",
+                                zarr_format=NGFF_FORMATS[version])
         group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
+    reshard.finish_wells(rp, plate, wells, version)
 
 
 def source_windows(acq: Acquisition, missing: set[str]) -> list[tuple[float, float, float, float]]:

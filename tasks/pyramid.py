@@ -169,18 +169,26 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     return units
 
 
+def _create_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext, across_lead: bool = True
+                   ) -> tuple[str, zarr.Array, list[tuple[tuple[int, ...], ArraySpec, Level]]]:
+    """Create the arrays of levels 1.. of one image (level 0 must exist): (method, level 0, specs)."""
+    root = base / image
+    arr0 = open_input_array(root / meta.levels[0].path)
+    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
+    specs = _level_specs(p, meta, arr0, across_lead)
+    for _, spec, level in specs:
+        ensure_array(root, level.path, spec, ctx)
+    return _method(p, meta), arr0, specs
+
+
 def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
                       first_stage: int = 1, sparse: bool = False) -> list[Unit]:
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
-    root = base / image
-    arr0 = open_input_array(root / meta.levels[0].path)
-    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
-    method = _method(p, meta)
+    method, arr0, specs = _create_levels(p, base, image, meta, ctx)
     prev = meta.levels[0].path
     units: list[Unit] = []
-    for factors, spec, level in _level_specs(p, meta, arr0):
-        ensure_array(root, level.path, spec, ctx)
+    for factors, spec, level in specs:
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, arr0.dtype.itemsize,
                                               int(p.unit_mb * 2**20))):
             units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + int(level.path) - 1,
@@ -196,15 +204,8 @@ def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ct
     memory (reshard, ingest layout well). Unless one writer holds every channel and time point
     (``across_lead``), no shard spans two, so no two writers share one. Returns [{path, factors,
     method}] for those writers."""
-    root = base / image
-    arr0 = open_input_array(root / meta.levels[0].path)
-    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
-    method = _method(p, meta)
-    levels = []
-    for factors, spec, level in _level_specs(p, meta, arr0, across_lead=across_lead):
-        ensure_array(root, level.path, spec, ctx)
-        levels.append({"path": level.path, "factors": list(factors), "method": method})
-    return levels
+    method, _, specs = _create_levels(p, base, image, meta, ctx, across_lead)
+    return [{"path": level.path, "factors": list(factors), "method": method} for factors, _, level in specs]
 
 
 def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[Level]:

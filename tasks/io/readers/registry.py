@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from ..ngff.acquisition import Acquisition
 from .cellvoyager import has_measurement, read_cellvoyager
@@ -31,16 +31,8 @@ class ReadOptions:
     projections: bool = False  # ImageXpress: the z projections instead of the z planes
 
 
-class PlateReader(Protocol):
-    format: str
-
-    def detects(self, path: Path) -> bool: ...
-
-    def read(self, path: Path, options: ReadOptions) -> Acquisition: ...
-
-
 @dataclass(frozen=True)
-class Reader:
+class PlateReader:
     format: str
     detects: Callable[[Path], bool]
     read: Callable[[Path, ReadOptions], Acquisition]
@@ -48,11 +40,11 @@ class Reader:
 
 # In the order ``format: auto`` tries them (an ImageXpress plate folder may also hold other files).
 PLATE_READERS: tuple[PlateReader, ...] = (
-    Reader("imagexpress", lambda p: p.is_dir() and has_htd(p),
+    PlateReader("imagexpress", lambda p: p.is_dir() and has_htd(p),
            lambda p, o: read_imagexpress(p, o.pixel_size_yx, o.z_step, o.projections)),
-    Reader("cellvoyager", lambda p: p.is_dir() and has_measurement(p),
+    PlateReader("cellvoyager", lambda p: p.is_dir() and has_measurement(p),
            lambda p, o: read_cellvoyager(p, o.mlf, o.mrf)),
-    Reader("scenes", lambda p: p.is_file() and is_multi_scene(p),
+    PlateReader("scenes", lambda p: p.is_file() and is_multi_scene(p),
            lambda p, o: read_scenes(p, o.pixel_size_yx, o.z_step)),
 )
 

@@ -70,11 +70,10 @@ def _divide_by_counts(acc: np.ndarray, shape: tuple[int, ...], factors: tuple[in
     """acc /= the number of pixels each output pixel averages: the product of the factors, except
     in the last, partial block along an axis whose size the factor does not divide. In place,
     without an output-sized array of counts (that cost as much as the sums)."""
-    partial = [(axis, n % f) for axis, (n, f) in enumerate(zip(shape, factors)) if n % f]
-    if not partial:
+    if all(n % f == 0 for n, f in zip(shape, factors)):
         acc /= acc.dtype.type(math.prod(factors))
-        return
-    acc /= _axis_counts(shape, factors)
+    else:
+        acc /= _axis_counts(shape, factors)
 
 
 def cast_like(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
