@@ -35,13 +35,12 @@ from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
 from .io.storage.chunk_io import write_region
 from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
-from .io.ngff.metadata import WRITER_MODULES, Level, make_axes, write_image_metadata
+from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, describe, open_source
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"
-FINISH_IMPORTS = WRITER_MODULES
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
 
 

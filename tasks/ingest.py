@@ -48,7 +48,7 @@ from .io.ngff.hcs import (
     write_field_image,
     write_plate,
 )
-from .io.ngff.metadata import NGFF_FORMATS, WRITER_MODULES, Level, NgffVersion, make_axes, write_image_metadata
+from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
@@ -57,7 +57,6 @@ from .reshard import ImageName
 from .runtime.contract import THREADS, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
-FINISH_IMPORTS = WRITER_MODULES + ("anndata",)  # finish writes ROI tables (AnnData)
 BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 

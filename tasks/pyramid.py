@@ -35,7 +35,6 @@ from .io.storage.chunk_io import write_region
 from .io.storage.downsample import downsample, out_shape
 from .io.storage.layout import level_chunks, level_shards
 from .io.ngff.metadata import (
-    WRITER_MODULES,
     ImageMeta,
     Level,
     check_dimensions,
@@ -46,7 +45,6 @@ from .io.ngff.metadata import (
 from .runtime.contract import THREADS, PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
-FINISH_IMPORTS = WRITER_MODULES
 SLAB_BYTES = 4 * 2**20
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL

@@ -47,22 +47,21 @@ from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
 from .io.ngff.metadata import (
     NGFF_FORMATS,
-    WRITER_MODULES,
     ImageMeta,
     Level,
     level_index,
     member_path,
-    ome_format,
     read_attrs,
     read_image,
     write_image_metadata,
+    write_plate_metadata,
+    write_well_metadata,
 )
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
-FINISH_IMPORTS = WRITER_MODULES + ("anndata",)  # finish writes ROI tables (AnnData)
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
@@ -345,16 +344,12 @@ def finish_wells(p: Params, plate: dict, wells: list[Well], version: str) -> Non
 
 def _write_wells(p: Params, plate: dict, wells: list[Well], version: str) -> None:
     """Well (and plate) metadata last: the new image is listed only once it is complete."""
-    from ome_zarr.writer import write_plate_metadata, write_well_metadata
-
-    out, fmt, zf = p.output_path(), ome_format(version), NGFF_FORMATS[version]
+    out = p.output_path()
     for well in wells:
-        images = [{"path": p.image_name, "acquisition": 0}]
-        write_well_metadata(zarr.open_group(str(out / well.path), mode="a", zarr_format=zf), images, fmt=fmt)
-    write_plate_metadata(zarr.open_group(str(out), mode="a", zarr_format=zf),
-                         [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
-                         [w["path"] for w in plate["wells"]], fmt=fmt, name=plate.get("name"),
-                         field_count=1, acquisitions=plate.get("acquisitions") or [{"id": 0}])
+        write_well_metadata(out / well.path, version, [p.image_name])
+    write_plate_metadata(out, version, [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
+                         [w["path"] for w in plate["wells"]], name=plate.get("name"), field_count=1,
+                         acquisitions=plate.get("acquisitions") or [{"id": 0}])
 
 
 # -- plate overview -----------------------------------------------------------------------------------

@@ -93,8 +93,6 @@ class Task:
     describe_unit: Callable[[Unit], str]
     version: int
     doc: str
-    # modules finish() needs: imported on a driver thread while the units run (ome_zarr: ~2 s)
-    finish_imports: tuple[str, ...] = ()
     # "threads" where units spend their time in code that releases the GIL (Blosc, numpy, file
     # reads): the local executor then runs them on threads in one process (Executor.client_for)
     workers: str = "processes"
@@ -113,7 +111,6 @@ class Task:
             describe_unit=getattr(module, "describe_unit", _default_describe),
             version=int(getattr(module, "VERSION", 1)),
             doc=(module.__doc__ or "").strip(),
-            finish_imports=tuple(getattr(module, "FINISH_IMPORTS", ())),
             workers=getattr(module, "WORKERS", "processes"),
         )
 

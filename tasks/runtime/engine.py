@@ -6,12 +6,10 @@ step fails at the end with a summary naming task, unit and the worker's error.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -145,8 +143,6 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
 
     client = get_client() if todo else None
-    if client is not None and not _in_process(client):
-        _import_in_background(task.finish_imports)
     if client is not None:
         _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
@@ -218,24 +214,6 @@ def _remove_partial_files(root: Path) -> None:
                     os.unlink(os.path.join(dirpath, name))
                 except FileNotFoundError:
                     pass
-
-
-def _in_process(client: Any) -> bool:
-    return str(getattr(client.scheduler, "address", "")).startswith("inproc://")
-
-
-def _import_in_background(modules: tuple[str, ...]) -> None:
-    """Import what finish() needs while the units run in other processes, so its import time
-    overlaps them instead of adding to the step (not for in-process workers: the import would
-    hold the GIL they need). A failed import is left for finish() to report."""
-    def load() -> None:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - finish() imports it again and shows the error
-                pass
-    if modules:
-        threading.Thread(target=load, name="zarrmill-preload", daemon=True).start()
 
 
 def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions

@@ -1,4 +1,4 @@
-"""Write HCS plates: plate/row/column/field layout, plate and well metadata (through ome-zarr-py),
+"""Write HCS plates: plate/row/column/field layout, plate and well metadata,
 per-field images with scale + translation from stage positions, and channel (omero) metadata with
 display windows computed from the data."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import zarr
 
 from .acquisition import Acquisition, Channel, Plane
-from .metadata import NGFF_FORMATS, Level, make_axes, ome_format, write_image_metadata
+from .metadata import NGFF_FORMATS, Level, make_axes, write_image_metadata, write_plate_metadata, write_well_metadata
 
 MAX_CHUNK_SIDE = 1280
 MAX_WINDOW_FIELDS = 8
@@ -93,22 +93,16 @@ def windows_from_samples(samples: list[list[np.ndarray]], dtype: str) -> list[tu
 def write_plate(root: Path, acq: Acquisition, version: str, field_paths: list[str],
                 field_count: int) -> None:
     """Well metadata for every well, then the plate metadata last (it is what makes the store a plate)."""
-    from ome_zarr.writer import write_plate_metadata, write_well_metadata
-
-    fmt = ome_format(version)
-    zf = NGFF_FORMATS[version]
     wells: dict[str, list[str]] = {}
     for path in field_paths:
         well, _, image = path.rpartition("/")
         wells.setdefault(well, []).append(image)
     for well, images in wells.items():
-        group = zarr.open_group(str(root / well), mode="a", zarr_format=zf)
-        write_well_metadata(group, [{"path": im, "acquisition": 0} for im in images], fmt=fmt)
+        write_well_metadata(root / well, version, images)
     # The whole plate grid, so viewers place each well at its true plate position.
     rows = [acq.row_label(r) for r in range(1, acq.n_rows + 1)]
     cols = [acq.col_label(c) for c in range(1, acq.n_cols + 1)]
-    plate = zarr.open_group(str(root), mode="a", zarr_format=zf)
-    write_plate_metadata(plate, rows, cols, list(wells), fmt=fmt, name=acq.name, field_count=field_count,
+    write_plate_metadata(root, version, rows, cols, list(wells), name=acq.name, field_count=field_count,
                          acquisitions=[{"id": 0, "name": acq.name}])
 
 

@@ -1,7 +1,10 @@
 """Read and write OME-NGFF image metadata (0.4 on zarr v2, 0.5 on zarr v3).
 
-Writing goes through ome-zarr-py's ``write_multiscales_metadata`` with explicit datasets (its
-``write_image`` drops coordinate transformations in 0.18)."""
+The writers build the documents themselves: ome-zarr-py's writer functions give the same JSON
+(tests/test_ngff_writers.py compares them), but importing ome_zarr loads dask.array, xarray and
+pandas, 1.4 s of every step's wall time (measured), to write three small JSON documents. Outputs
+are checked against the official schemas and opened by ome-zarr-py, ngio, napari and bioio in the
+tests."""
 from __future__ import annotations
 
 import math
@@ -184,29 +187,67 @@ def _clean(values: list[float]) -> list[float]:
     return [float(round(v, 9)) for v in values]
 
 
-# what the writers below import (~2 s): tasks list it as FINISH_IMPORTS to load it early
-WRITER_MODULES = ("ome_zarr.format", "ome_zarr.writer")
-
-
-def ome_format(version: str) -> Any:
-    from ome_zarr.format import FormatV04, FormatV05
-
-    return {"0.4": FormatV04, "0.5": FormatV05}[version]()
-
-
 def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], levels: list[Level],
                          name: str | None = None, extra: dict[str, Any] | None = None) -> None:
-    """Write multiscales (and omero) on the image group through ome-zarr-py; other NGFF keys in
-    ``extra`` (e.g. ``labels``) go beside them (inside ``ome`` for 0.5)."""
-    from ome_zarr.writer import write_multiscales_metadata
-
+    """Write multiscales (and omero) on the image group; other NGFF keys in ``extra`` (e.g.
+    ``labels``) go beside them (inside ``ome`` for 0.5). One write of the group's attributes."""
+    if not levels:
+        raise ValueError(f"{path}: an image needs at least one level")
+    ndim = len(axes)
+    datasets = level_datasets(levels)
+    for ds in datasets:
+        for ct in ds["coordinateTransformations"]:
+            if len(ct[ct["type"]]) != ndim:
+                raise ValueError(f"{path}: level {ds['path']} has a {ct['type']} of {len(ct[ct['type']])} "
+                                 f"values for {ndim} axes")
     extra = dict(extra or {})
-    omero = extra.pop("omero", None)
+    values: dict[str, Any] = {}
+    if extra.get("omero") is not None:
+        values["omero"] = extra.pop("omero")
+    multiscale: dict[str, Any] = {"datasets": datasets, "name": name or "/", "axes": axes}
+    if version == "0.4":
+        multiscale["version"] = version
+    else:
+        values["version"] = version
+    values["multiscales"] = [multiscale]
+    values.update(extra)
+    update_ngff_attrs(zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
+
+
+def write_well_metadata(path: Path, version: str, images: list[str]) -> None:
+    """The well document: its images, all from acquisition 0."""
+    well: dict[str, Any] = {"images": [{"path": im, "acquisition": 0} for im in images]}
     group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
-    write_multiscales_metadata(group, level_datasets(levels), fmt=ome_format(version), axes=axes,
-                               name=name, **({"metadata": {"omero": omero}} if omero else {}))
-    if extra:
-        update_ngff_attrs(group, version, extra)
+    if version == "0.4":
+        group.attrs["well"] = {**well, "version": version}
+    else:
+        group.attrs["ome"] = {"version": version, "well": well}
+
+
+def write_plate_metadata(path: Path, version: str, rows: list[str], columns: list[str], wells: list[str],
+                         name: str | None, field_count: int, acquisitions: list[dict[str, Any]]) -> None:
+    """The plate document; ``wells`` are 'row/column' paths on the given grid."""
+    for labels, what in ((rows, "row"), (columns, "column")):
+        if len(set(labels)) != len(labels) or not all(str(v).isalnum() for v in labels):
+            raise ValueError(f"{path}: plate {what} names must be unique and alphanumeric: {labels}")
+    entries = []
+    for well in wells:
+        row, _, column = well.partition("/")
+        if row not in rows or column not in columns or "/" in column:
+            raise ValueError(f"{path}: well {well!r} is not a 'row/column' path on the plate grid")
+        entries.append({"path": well, "rowIndex": rows.index(row), "columnIndex": columns.index(column)})
+    plate: dict[str, Any] = {"columns": [{"name": c} for c in columns], "rows": [{"name": r} for r in rows],
+                             "wells": entries}
+    if name is not None:
+        plate["name"] = name
+    plate["field_count"] = field_count
+    plate["acquisitions"] = acquisitions
+    plate["version"] = version
+    group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    if version == "0.4":
+        group.attrs["plate"] = plate
+    else:
+        group.attrs["ome"] = {"version": version, "plate": plate}
 
 
 def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -> None:
