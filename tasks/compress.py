@@ -29,11 +29,11 @@ from .io.storage.arrays import (
     group_regions,
     open_for_write,
     region_slices,
+    write_region,
 )
 from .io.storage.atomic import atomic_write_json
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
-from .io.storage.chunk_io import write_region
 from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, describe, open_source

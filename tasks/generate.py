@@ -18,8 +18,8 @@ from .io.storage.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
+    write_region,
 )
-from .io.storage.chunk_io import write_region
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
 from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit

@@ -33,10 +33,10 @@ from .io.storage.arrays import (
     group_regions,
     open_for_write,
     region_slices,
+    write_region,
 )
 from .io.readers.cellvoyager import unlisted_images
 from .io.readers.registry import ReadOptions, detect, reader
-from .io.storage.chunk_io import write_region
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,

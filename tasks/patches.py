@@ -31,9 +31,10 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
-from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array
+from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array,
+                                write_region)
 from .io.storage.atomic import atomic_write_bytes
-from .io.storage.chunk_io import read_chunk, write_region
+from .io.storage.chunk_read import read_chunk
 from .io.training.cuboids import (
     ChunkCache,
     cast,

@@ -30,8 +30,8 @@ from .io.storage.arrays import (
     group_regions,
     open_for_write,
     open_input_array,
+    write_region,
 )
-from .io.storage.chunk_io import write_region
 from .io.storage.downsample import downsample, out_shape
 from .io.storage.layout import level_chunks, level_shards
 from .io.ngff.metadata import (

@@ -22,8 +22,8 @@ from .io.storage.arrays import (
     open_input_array,
     region_nbytes,
     region_slices,
+    write_region,
 )
-from .io.storage.chunk_io import write_region
 from .io.storage.subtrees import carry_subtrees
 from .io.ngff.metadata import (
     NGFF_FORMATS,

@@ -39,8 +39,8 @@ from .io.storage.arrays import (
     group_regions,
     open_for_write,
     open_input_array,
+    write_region,
 )
-from .io.storage.chunk_io import write_region
 from .io.storage.downsample import downsample
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side

@@ -1,12 +1,14 @@
-"""Writing whole shards of microscopy planes: zarrmill's chunk_io vs zarr-python's own pipeline,
-the zarrs codec pipeline (Rust) and tensorstore, on the same arrays.
+"""Writing whole shards of microscopy planes: zarrmill's write path (write_region, through
+tensorstore) vs zarr-python's own pipeline and zarr-python with the zarrs codec pipeline, on the
+same arrays; and reading single inner chunks at random (the training patch path): zarrmill's
+read_chunk vs zarr-python with either pipeline.
 
-  python tests/bench/bench_chunk_path.py [--planes 48] [--shape 2000,2000] [--repeat 3]
+  python tests/bench/bench_chunk_path.py [--planes 48] [--shape 2000,2000] [--repeat 3] [--reads 300]
 
 Each writer gets a fresh zarr v3 array (planes x y x x uint16, shard = one plane, chunks = a
 quarter plane, Blosc LZ4 + bitshuffle: what ingest writes) and writes every plane with a pool of
-one thread per core. Files are compared byte for byte with zarr-python's. Optional: ``pip install
-zarrs tensorstore`` (a writer whose package is missing is left out of the table)."""
+one thread per core. Files are compared byte for byte with zarr-python's, else pixel for pixel.
+Optional: ``pip install zarrs`` (left out of the tables when missing)."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +23,8 @@ import numpy as np
 import zarr
 from measure import table
 
-from zarrmill.io.storage.chunk_io import write_region
+from zarrmill.io.storage.arrays import open_for_write, write_region
+from zarrmill.io.storage.chunk_read import read_chunk
 
 
 def make(path: Path, n: int, shape: tuple[int, int]) -> zarr.Array:
@@ -42,8 +45,8 @@ def in_pool(fn, data: list[np.ndarray]) -> None:
         list(pool.map(fn, range(len(data))))
 
 
-def chunk_io(path: Path, data: list[np.ndarray]) -> None:
-    arr = zarr.open_array(str(path), mode="r+")
+def zarrmill_writer(path: Path, data: list[np.ndarray]) -> None:
+    arr = open_for_write(path)
     in_pool(lambda i: write_region(arr, (i, 0, 0), data[i][None]), data)
 
 
@@ -55,24 +58,51 @@ def zarr_python(path: Path, data: list[np.ndarray]) -> None:
     in_pool(one, data)
 
 
-def zarrs_pipeline(path: Path, data: list[np.ndarray]) -> None:
-    import zarrs  # noqa: F401 - registers the pipeline
+ZARRS_PIPELINE = "zarrs.ZarrsCodecPipeline"
 
-    with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
+
+def zarrs_writer(path: Path, data: list[np.ndarray]) -> None:
+    import zarrs  # noqa: F401 - the pipeline zarr loads by name
+
+    with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):
         zarr_python(path, data)
 
 
-def tensorstore_writer(path: Path, data: list[np.ndarray]) -> None:
-    import tensorstore as ts
-
-    arr = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}, open=True).result()
-    futures = [arr[i].write(d) for i, d in enumerate(data)]
-    for f in futures:
-        f.result()
+WRITERS = {"zarrmill write_region (tensorstore)": zarrmill_writer,
+           "zarr-python 3 default pipeline": zarr_python, "zarr-python + zarrs pipeline": zarrs_writer}
 
 
-WRITERS = {"zarrmill chunk_io (today)": chunk_io, "zarr-python 3 default pipeline": zarr_python,
-           "zarr-python + zarrs pipeline": zarrs_pipeline, "tensorstore": tensorstore_writer}
+def reads(work: Path, n: int) -> list[tuple[str, str, str]]:
+    """ms per random 16x64x64 inner chunk of a 64x512x512 shard (the patch-training read)."""
+    path = work / "reads"
+    arr = zarr.create_array(str(path), shape=(64, 512, 512), chunks=(16, 64, 64), shards=(64, 512, 512),
+                            dtype="uint16", compressors=zarr.codecs.BloscCodec(cname="lz4", clevel=5,
+                                                                                shuffle="bitshuffle"))
+    arr[...] = np.random.default_rng(0).integers(0, 1000, arr.shape, dtype="uint16")
+    rng = np.random.default_rng(1)
+    picks = [tuple(int(rng.integers(0, g)) for g in (4, 8, 8)) for _ in range(n)]
+    plain = zarr.open_array(str(path), mode="r")
+    try:
+        import zarrs  # noqa: F401
+        with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):
+            via_zarrs = zarr.open_array(str(path), mode="r")
+    except ImportError:
+        via_zarrs = None
+
+    def cut(a: zarr.Array):
+        return lambda c: a[c[0] * 16:(c[0] + 1) * 16, c[1] * 64:(c[1] + 1) * 64, c[2] * 64:(c[2] + 1) * 64]
+    readers = {"zarrmill read_chunk": lambda c: read_chunk(plain, c),
+               "zarr-python 3 default pipeline": cut(plain)}
+    if via_zarrs is not None:
+        readers["zarr-python + zarrs"] = cut(via_zarrs)
+    timed = {}
+    for name, read in readers.items():
+        t0 = time.perf_counter()
+        for c in picks:
+            read(c)
+        timed[name] = (time.perf_counter() - t0) / n * 1e3
+    base = timed["zarr-python 3 default pipeline"]
+    return [(name, f"{ms:.3f}", f"{base / ms:.1f}x") for name, ms in timed.items()]
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -85,6 +115,7 @@ def main() -> None:
     ap.add_argument("--planes", type=int, default=48)
     ap.add_argument("--shape", default="2000,2000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reads", type=int, default=300, help="random inner-chunk reads (0: none)")
     a = ap.parse_args()
     shape = tuple(int(v) for v in a.shape.split(","))
     data = planes(a.planes, shape)
@@ -122,6 +153,9 @@ def main() -> None:
         rows += [(name, "", "", "", why) for name, why in same.items() if name not in best]
         print(f"{a.planes} planes of {shape[0]}x{shape[1]} uint16 ({mb:.0f} MB), {os.cpu_count()} threads\n")
         print(table(rows, ("writer", "best s", "MB/s", "vs zarr-python", "files vs zarr-python")))
+        if a.reads:
+            print(f"\n{a.reads} random 16x64x64 uint16 inner chunks of one 64x512x512 shard\n")
+            print(table(reads(work, a.reads), ("reader", "ms per chunk", "vs zarr-python")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,14 +1,19 @@
-"""From a CellVoyager folder to a well-level OME-Zarr plate: zarrmill vs Fractal's converter.
+"""From a CellVoyager folder to a well-level OME-Zarr plate: zarrmill vs Fractal's and FMI's converters.
 
   python tests/bench/bench_peers.py [--wells 3] [--grid 2] [--z 4] [--channels 2] [--shape 2000,2000]
-                                    [--processes 2] [--peers-python .venv-peers/bin/python] [--repeat 1]
+                                    [--processes 2] [--peers-python .venv-peers/bin/python]
+                                    [--faim-python .venv-faim/bin/python] [--repeat 1]
 
 The folder is made by ``zarrmill task generate-plate`` (the mrf/mlf fields a real CV7000/CV8000
-writes; Fractal's parser reads it). Default: 3 wells x 2x2 fields x 4 z x 2 channels, 96 TIFFs of
+writes; Fractal's parser reads it) plus the measurement settings file (.mes) the mrf names, which
+faim-ipa requires. Default: 3 wells x 2x2 fields x 4 z x 2 channels, 96 TIFFs of
 2000 x 2000 uint16, the case of issue #17.
 
 - fractal-uzh-converters (Fractal's CellVoyager converter, public API, ``--processes`` processes),
   from its own venv (tests/peers/requirements.txt; tests/run makes .venv-peers);
+- faim-ipa (FMI's converter: stage-position fusion, ``--processes`` dask workers), from its own venv
+  (it needs zarr 2: ``python -m venv .venv-faim && .venv-faim/bin/pip install -r
+  tests/peers/faim-requirements.txt``; left out of the table when that venv is missing);
 - zarrmill ``ingest layout: well`` with the default executor (``local``): same layout (one image
   per well, FOVs placed by stage position, pyramid, FOV and well ROI tables);
 - zarrmill ``ingest`` (per-FOV) + ``reshard``: the two-pass way this replaces;
@@ -20,6 +25,7 @@ tool runs ``--repeat`` times, alternating, the best time reported (the machine i
 from __future__ import annotations
 
 import argparse
+import xml.etree.ElementTree as ET
 import shutil
 import sys
 import tempfile
@@ -39,6 +45,21 @@ def generate(raw: Path, a: argparse.Namespace) -> None:
                           "--set", f"wells=[{wells}]", "--set", f"grid=[{a.grid},{a.grid}]",
                           "--set", f"shape=[{a.shape}]", "--set", f"z_planes={a.z}",
                           "--set", f"channels={a.channels}"))
+
+
+def write_settings(raw: Path, channels: int) -> None:
+    """The .mes a CellVoyager writes beside the mrf (the mrf names it): one bts:Channel per channel
+    with the attributes faim-ipa reads (colour, filter, exposure, objective)."""
+    ns = "http://www.yokogawa.co.jp/BTS/BTSSchema/1.0"
+    name = ET.parse(raw / "MeasurementDetail.mrf").getroot().get(f"{{{ns}}}MeasurementSettingFileName")
+    colors = ["#FF0000FF", "#FF00FF00", "#FFFF0000", "#FFFFFFFF"]
+    rows = "\n".join(
+        f'    <bts:Channel bts:Ch="{c}" bts:Target="Camera{c}" bts:Objective="20x v2" bts:Magnification="20" '
+        f'bts:Method="Confocal" bts:Acquisition="BP{445 + 80 * c}/45" bts:ExposureTime="100" '
+        f'bts:Binning="1" bts:Color="{colors[(c - 1) % 4]}" bts:Fluorophore="dye{c}" />'
+        for c in range(1, channels + 1))
+    (raw / name).write_text(f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementSetting xmlns:bts="{ns}">\n'
+                            f'  <bts:ChannelList>\n{rows}\n  </bts:ChannelList>\n</bts:MeasurementSetting>\n')
 
 
 def well_arrays(plate: Path) -> dict[str, np.ndarray]:
@@ -63,6 +84,7 @@ def main() -> None:
     ap.add_argument("--shape", default="2000,2000")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--peers-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
+    ap.add_argument("--faim-python", default=str(REPO / ".venv-faim" / "bin" / "python"))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workdir", default=None, help="where to write (default: a temporary folder)")
     a = ap.parse_args()
@@ -70,18 +92,26 @@ def main() -> None:
     try:
         raw = work / "raw"
         generate(raw, a)
+        write_settings(raw, a.channels)
         n_files, raw_bytes = files_and_bytes(raw)
         print(f"input: {n_files} files, {raw_bytes / 1e6:.0f} MB ({a.wells} wells x {a.grid}x{a.grid} fields x "
               f"{a.z} z x {a.channels} channels, {a.shape} uint16)", flush=True)
+        fractal_name, ours_name = f"fractal-uzh-converters ({a.processes} processes)", "zarrmill ingest layout: well (local, default)"
         tools = {
             "floor: read + compress + write, all cores": lambda out: python(FLOOR.format(folder=str(raw), out=str(out))),
-            f"fractal-uzh-converters ({a.processes} processes)": lambda out: [
+            fractal_name: lambda out: [
                 a.peers_python, str(REPO / "tests" / "peers" / "fractal_cellvoyager.py"), str(raw), str(out),
                 str(a.processes)],
-            "zarrmill ingest layout: well (local, default)": lambda out: zarrmill(
+            f"faim-ipa 0.14 ({a.processes} processes)": lambda out: [
+                a.faim_python, str(REPO / "tests" / "peers" / "faim_cellvoyager.py"), str(raw), str(out),
+                str(a.processes)],
+            ours_name: lambda out: zarrmill(
                 "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
                 "--set", "layout=well"),
         }
+        if not Path(a.faim_python).exists():
+            print(f"  faim-ipa left out: no {a.faim_python} (see the docstring)", flush=True)
+            tools = {k: v for k, v in tools.items() if not k.startswith("faim-ipa")}
         best: dict[str, tuple[float, float]] = {}
         outputs: dict[str, Path] = {}
         for r in range(a.repeat):
@@ -102,7 +132,6 @@ def main() -> None:
         outputs["zarrmill ingest + reshard (two passes, local)"] = two
 
         names = list(best)
-        fractal_name, ours_name = names[1], names[2]
         fractal_plate = outputs[fractal_name] / "plate.zarr"
         theirs, ours = well_arrays(fractal_plate), well_arrays(outputs[ours_name] / "plate.zarr")
         same = sorted(theirs) == sorted(ours) and all(np.array_equal(theirs[w], ours[w]) for w in theirs)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from ..storage.chunk_io import read_chunk
+from ..storage.chunk_read import read_chunk
 
 
 class PatchDataset:
