@@ -2,7 +2,7 @@
 
   python tests/bench/bench_peers.py [--wells 3] [--grid 2] [--z 4] [--channels 2] [--shape 2000,2000]
                                     [--processes 2] [--peers-python .venv-peers/bin/python]
-                                    [--faim-python .venv-faim/bin/python] [--repeat 1]
+                                    [--faim-python .venv-faim/bin/python] [--repeat 1] [--variants]
 
 The folder is made by ``zarrmill task generate-plate`` (the mrf/mlf fields a real CV7000/CV8000
 writes; Fractal's parser reads it) plus the measurement settings file (.mes) the mrf names, which
@@ -86,6 +86,8 @@ def main() -> None:
     ap.add_argument("--peers-python", default=str(REPO / ".venv-peers" / "bin" / "python"))
     ap.add_argument("--faim-python", default=str(REPO / ".venv-faim" / "bin" / "python"))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--variants", action="store_true",
+                    help="also zarrmill with zstd level 1 + byte shuffle, and with --executor sync")
     ap.add_argument("--workdir", default=None, help="where to write (default: a temporary folder)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=a.workdir))
@@ -109,6 +111,13 @@ def main() -> None:
                 "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
                 "--set", "layout=well"),
         }
+        if a.variants:
+            tools["zarrmill layout well, codec zstd 1 + shuffle"] = lambda out: zarrmill(
+                "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}", "--set", "layout=well",
+                "--set", "codec.cname=zstd", "--set", "codec.clevel=1", "--set", "codec.shuffle=shuffle")
+            tools["zarrmill layout well, --executor sync"] = lambda out: zarrmill(
+                "task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
+                "--set", "layout=well")
         if not Path(a.faim_python).exists():
             print(f"  faim-ipa left out: no {a.faim_python} (see the docstring)", flush=True)
             tools = {k: v for k, v in tools.items() if not k.startswith("faim-ipa")}
