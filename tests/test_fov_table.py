@@ -49,7 +49,12 @@ def test_tables_read_back_as_anndatas_own(tmp_path: Path, zarr_format: int) -> N
         assert list(a.obs_names) == list(b.obs_names) == [r["FieldIndex"] for r in rows]
         assert list(a.var_names) == list(b.var_names)
         np.testing.assert_array_equal(np.asarray(a.X), np.asarray(b.X))
-        assert a.obs.equals(b.obs) and list(a.obs.dtypes) == list(b.obs.dtypes)
+        # the same values; numbers of the same dtype. Text: anndata >= 0.13 with pandas 3 writes it
+        # as nullable-string-array (read back as a pandas string dtype); zarrmill keeps string-array,
+        # which every anndata reads (Fractal's pinned ones too), read back as object
+        assert a.obs.astype(object).equals(b.obs.astype(object))
+        numeric = [c for c in b.obs.columns if b.obs[c].dtype.kind in "iufb"]
+        assert [a.obs[c].dtype for c in numeric] == [b.obs[c].dtype for c in numeric]
         attrs = dict(zarr.open_group(str(ours / "tables" / name), mode="r").attrs)
         assert attrs["type"] == "roi_table" and attrs["zarrmill_source_plate"] == "/src/plate.zarr"
     assert read_roi_table(ours) == [{k: float(v) if isinstance(v, float) else v for k, v in r.items()} for r in FOVS]
