@@ -47,8 +47,9 @@ def test_sigkill_mid_step_then_rerun_resumes_with_identical_bytes(tmp_path):
 
 
 def test_resuming_an_interrupted_step_removes_temp_files_a_kill_left(cli, tmp_path):
-    """A process killed mid-write leaves ``<chunk>.<uuid>.partial``; resuming deletes it (the
-    unit that wrote it is redone), so the output ends as an uninterrupted run's."""
+    """A process killed mid-write leaves ``<chunk>.<uuid>.partial`` (zarr, zarrmill) or
+    ``<chunk>.__lock`` (tensorstore's chunk writes); resuming deletes them (the unit that wrote
+    them is redone), so the output ends as an uninterrupted run's."""
     wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "out" / "img.zarr")})
     assert cli("run", wf)[0] == 0
     clean = tree_digest(tmp_path / "out")
@@ -61,9 +62,11 @@ def test_resuming_an_interrupted_step_removes_temp_files_a_kill_left(cli, tmp_pa
     chunk = next(p for p in (tmp_path / "out" / "img.zarr" / "0" / "c").rglob("*") if p.is_file())
     stray = chunk.with_name(chunk.name + ".0123abcd.partial")
     stray.write_bytes(b"half a chunk")
+    torn = chunk.with_name(chunk.name + ".__lock")
+    torn.write_bytes(b"half a shard")
     code, _, err = cli("run", wf)
     assert code == 0, err
-    assert not stray.exists()
+    assert not stray.exists() and not torn.exists()
     assert tree_digest(tmp_path / "out") == clean
 
 

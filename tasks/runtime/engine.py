@@ -203,13 +203,18 @@ def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepReco
         "step's; rerun with --overwrite to replace it, or choose another output")
 
 
+# temp files of a write a kill interrupted: zarrmill's and zarr's ``<name>.<uuid>.partial``,
+# tensorstore's ``<chunk>.__lock`` (it writes a chunk or shard there, then renames it into place)
+TEMP_SUFFIXES = (".partial", ".__lock")
+
+
 def _remove_partial_files(root: Path) -> None:
-    """An interrupted run can leave ``*.partial`` temp files (a chunk, shard or file being
-    written when the process was killed); the units that wrote them are not done and rewrite
-    their files, so the temp files are garbage. Only walked when resuming an interrupted step."""
+    """An interrupted run can leave temp files (a chunk, shard or file being written when the
+    process was killed); the units that wrote them are not done and rewrite their files, so the
+    temp files are garbage. Only walked when resuming an interrupted step."""
     for dirpath, _, names in os.walk(root):
         for name in names:
-            if name.endswith(".partial"):
+            if name.endswith(TEMP_SUFFIXES):
                 try:
                     os.unlink(os.path.join(dirpath, name))
                 except FileNotFoundError:

@@ -201,9 +201,8 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
                 raise ValueError(f"{path}: level {ds['path']} has a {ct['type']} of {len(ct[ct['type']])} "
                                  f"values for {ndim} axes")
     extra = dict(extra or {})
-    values: dict[str, Any] = {}
-    if extra.get("omero") is not None:
-        values["omero"] = extra.pop("omero")
+    omero = extra.pop("omero", None)  # None: no omero document (never written as null)
+    values: dict[str, Any] = {} if omero is None else {"omero": omero}
     multiscale: dict[str, Any] = {"datasets": datasets, "name": name or "/", "axes": axes}
     if version == "0.4":
         multiscale["version"] = version

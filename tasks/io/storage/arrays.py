@@ -174,12 +174,17 @@ def _write_blocks(start: tuple[int, ...], shape: tuple[int, ...], block: tuple[i
     return itertools.product(*axes)
 
 
+def local_root(arr: zarr.Array) -> Path:
+    """The folder of an array on a LocalStore (its store root, or the array's path inside it)."""
+    return Path(arr.store.root) / arr.path if arr.path else Path(arr.store.root)
+
+
 def _tensorstore_of(arr: zarr.Array) -> Any:
     from zarr.storage import LocalStore
 
     if not isinstance(arr.store, LocalStore):
         return None
-    path = Path(arr.store.root) / arr.path if arr.path else Path(arr.store.root)
+    path = local_root(arr)
     meta = path / ("zarr.json" if arr.metadata.zarr_format == 3 else ".zarray")
     try:
         stamp = meta.stat().st_mtime_ns  # an array replaced at the same path is opened anew

@@ -3,8 +3,8 @@
 
 Why: one 16x64x64 inner chunk of a sharded array takes 0.16 ms here, 0.72 ms through zarr-python
 with the zarrs pipeline and 1.8 ms through zarr-python's own (measured on this project's 2-core
-machines; tests/bench/bench_chunk_path.py --reads). Writes go through zarr-python with the zarrs
-pipeline (arrays.write_region).
+machines; tests/bench/bench_chunk_path.py --reads). Writes go through tensorstore
+(arrays.write_region).
 
 What: the stored bytes decoded as zarr decodes them: the array's own Blosc settings through numcodecs
 (the library zarr uses), zarr's chunk keys, a shard's offset/length index checked by its crc32c
@@ -25,6 +25,7 @@ from google_crc32c import value as crc32c  # zarr-python's own crc32c dependency
 from numcodecs import Blosc
 from zarr.storage import LocalStore
 
+from .arrays import local_root
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 _NO_CHUNK = np.uint64(2**64 - 1)
@@ -94,7 +95,7 @@ def _layout_of(arr: zarr.Array) -> _Layout | None:
     dtype = np.dtype(arr.dtype)
     if not isinstance(arr.store, LocalStore) or dtype.byteorder == ">" or dtype.hasobject:
         return None
-    root = Path(arr.store.root) / arr.path if arr.path else Path(arr.store.root)
+    root = local_root(arr)
     meta = arr.metadata
     fill = meta.fill_value if meta.fill_value is not None else 0
     if meta.zarr_format == 2:
