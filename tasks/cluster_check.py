@@ -20,7 +20,7 @@ from .runtime.contract import PlanContext, TaskParams, Unit
 class Params(TaskParams):
     output: str = Field(description="folder for the ledger and one small JSON per unit (where it ran)")
     units: int = Field(100, ge=1, le=10_000_000, description="number of units")
-    busy_ms: float = Field(0.0, ge=0, description="CPU time each unit spins for")
+    busy_ms: float = Field(0.0, ge=0, le=3_600_000, description="CPU time each unit spins for")
     hold_mb: float = Field(0.0, ge=0, le=1_000_000, description="memory each unit allocates and touches "
                            "while it spins (checks the memory limit workers really get)")
     record: bool = Field(True, description="write where each unit ran (off: pure engine overhead)")

@@ -38,7 +38,7 @@ from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, describe, open_source
 from .io.storage.subtrees import carry_subtrees
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 
 SUMMARY = "zarrmill-compress.json"
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
@@ -58,9 +58,9 @@ class Params(TaskParams):
     policy: Policy = Field("balanced", description="codec trial: ratio, speed or balanced")
     trial_chunks: int = Field(4, ge=1, le=64, description="chunks sampled for the codec trial")
     shards: list[PositiveInt] | None = Field(None, description="zarr: shard shape, whole chunks")
-    level: int = Field(0, ge=0, description="OME-Zarr input: pyramid level")
+    level: int = Field(0, ge=0, le=MAX_LEVEL, description="OME-Zarr input: pyramid level")
     axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
-    unit_mb: float = Field(64.0, gt=0)
+    unit_mb: float = Field(64.0, gt=0, le=MAX_MB)
 
     @field_validator("output")
     @classmethod

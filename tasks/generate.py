@@ -22,7 +22,7 @@ from .io.storage.arrays import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
-from .runtime.contract import PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"
 UNIT_MB = 32
@@ -35,13 +35,13 @@ class Params(TaskParams):
     dtype: Literal["uint8", "uint16", "int16", "float32"] = "uint16"
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: 1 per t/c, 64^3 / 256^2 spatial)")
     kind: Literal["blobs", "labels"] = Field("blobs", description="intensities or a label image")
-    n_blobs: int = Field(200, ge=0, description="number of blobs (cells)")
-    blob_radius: float = Field(6.0, gt=0, description="mean blob radius in pixels")
+    n_blobs: int = Field(200, ge=0, le=MAX_COUNT, description="number of blobs (cells)")
+    blob_radius: float = Field(6.0, gt=0, le=MAX_INDEX, description="mean blob radius in pixels")
     pixel_size: list[PositiveFloat] | None = Field(None, description="physical size per spatial axis (micrometer)")
-    seed: int = 0
+    seed: Seed = 0
     ngff_version: NgffVersion = "0.5"
     codec: Codec = Field(default_factory=Codec)
-    unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
+    unit_mb: float = Field(UNIT_MB, gt=0, le=MAX_MB, description="target size of one unit of work (whole chunks/shards are never split)")
 
     @model_validator(mode="after")
     def _check_axes(self) -> "Params":

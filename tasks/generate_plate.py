@@ -21,7 +21,7 @@ from .io.synthetic.cellvoyager import (
     render_field,
     write_field_tiffs,
 )
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams, Unit
 
 
 class Params(TaskParams):
@@ -33,16 +33,16 @@ class Params(TaskParams):
     grid: list[PositiveInt] = Field([2, 2], min_length=2, max_length=2, description="fields per well: rows, columns")
     shape: list[PositiveInt] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
     channels: int = Field(2, ge=1, le=8)
-    z_planes: int = Field(1, ge=1)
-    z_step: float = Field(1.0, gt=0)
-    pixel_size: float = Field(0.325, gt=0, description="micrometer per pixel")
+    z_planes: int = Field(1, ge=1, le=MAX_INDEX)
+    z_step: float = Field(1.0, gt=0, le=MAX_UM)
+    pixel_size: float = Field(0.325, gt=0, le=MAX_UM, description="micrometer per pixel")
     overlap: float = Field(0.0, ge=0, lt=0.5, description="fraction of a field shared with its neighbour")
-    jitter_um: float = Field(0.0, ge=0, description="random stage jitter, micrometer (irregular positions)")
-    plate_shape: list[PositiveInt] = Field([8, 12], min_length=2, max_length=2, description="plate rows, columns")
+    jitter_um: float = Field(0.0, ge=0, le=MAX_UM, description="random stage jitter, micrometer (irregular positions)")
+    plate_shape: PlateShape = Field([8, 12], description="plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
     dtype: Literal["uint8", "uint16"] = "uint16"
-    blobs_per_field: int = Field(60, ge=0)
-    blob_radius: float = Field(12.0, gt=0)
-    seed: int = 0
+    blobs_per_field: int = Field(60, ge=0, le=MAX_COUNT)
+    blob_radius: float = Field(12.0, gt=0, le=MAX_INDEX)
+    seed: Seed = 0
 
     def fields(self) -> list[FieldSpec]:
         return layout(self.wells, (self.grid[0], self.grid[1]), (self.shape[0], self.shape[1]),

@@ -54,7 +54,7 @@ from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
 from .io.ngff.placement import Policy
 from .reshard import ImageName
-from .runtime.contract import THREADS, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_MB, THREADS, PlanContext, PlateShape, PositiveFloat, PositiveInt, TaskParams, Unit
 
 MAX_LISTED = 5
 BATCH_BYTES = 32 * 2**20
@@ -73,9 +73,9 @@ class Params(TaskParams):
     mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
     pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
     positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
-    grid_columns: int | None = Field(None, ge=1, description="pattern without positions: fields per grid row (default: square)")
+    grid_columns: int | None = Field(None, ge=1, le=MAX_COUNT, description="pattern without positions: fields per grid row (default: square)")
     pixel_size: list[PositiveFloat] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
-    plate_shape: list[PositiveInt] = Field([8, 12], min_length=2, max_length=2, description="pattern: plate rows, columns")
+    plate_shape: PlateShape = Field([8, 12], description="pattern: plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
     channel_names: list[str] | None = Field(None, description="channel labels in channel order")
     axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")
     missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
@@ -97,11 +97,11 @@ class Params(TaskParams):
     # layout: well only; the same settings as reshard's
     image_name: ImageName = Field("well", description="layout well: name of the well image")
     overlap: Policy = Field("first", description="layout well: overlapping FOV pixels: first, last, mean, or shift apart")
-    min_size: int = Field(256, ge=1, description="layout well: pyramid stops once a level's largest side is at most this")
-    shard_mb: float = Field(64.0, gt=0, description="layout well: shard size of the lower pyramid levels")
+    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="layout well: pyramid stops once a level's largest side is at most this")
+    shard_mb: float = Field(64.0, gt=0, le=MAX_MB, description="layout well: shard size of the lower pyramid levels")
     overview: bool = Field(False, description="layout well: also write a plate overview image")
-    overview_size: int = Field(256, ge=16, description="layout well: about this many overview pixels per well side")
-    volume_mb: float = Field(192.0, ge=0, description="layout well: a well's (t, c) volume up to this is built whole "
+    overview_size: int = Field(256, ge=16, le=65_536, description="layout well: about this many overview pixels per well side")
+    volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="layout well: a well's (t, c) volume up to this is built whole "
                              "in one unit, its pyramid in memory; larger ones in regions, lower levels read back")
 
     _format: str | None = PrivateAttr(None)

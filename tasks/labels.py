@@ -29,7 +29,7 @@ from .io.ngff.metadata import (
 )
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
-from .runtime.contract import THREADS, PlanContext, TaskParams, Unit
+from .runtime.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
 
 UNIT_MB = 64
 
@@ -40,7 +40,7 @@ class Params(TaskParams):
     image: str = Field(description="OME-Zarr image (or plate field, e.g. plate.zarr/B/03/0) the mask labels")
     name: str = Field("cells", description="label name: written to <image>/labels/<name> (letters, digits, - _)")
     axes: str | None = Field(None, description="axes of the mask file, when it does not say (e.g. 'zyx')")
-    min_size: int = Field(64, ge=1, description="pyramid: stop once a level's largest y/x side is at most this")
+    min_size: int = Field(64, ge=1, le=MAX_INDEX, description="pyramid: stop once a level's largest y/x side is at most this")
     codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=5, shuffle="bitshuffle"))
 
     @field_validator("name")

@@ -47,7 +47,7 @@ from .io.training.cuboids import (
 from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_image
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
-from .runtime.contract import NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 
 STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
           3: "dropped: cuboid crosses the image edge (edge: drop)"}
@@ -57,7 +57,7 @@ class Params(TaskParams):
     input: str = Field(description="OME-Zarr image or zarr array (leading axes = channels, last 2-3 spatial)")
     output: str = Field(description="patch store to write (.zarr)")
     mode: Literal["points", "random", "grid"] = "points"
-    level: int = Field(0, ge=0, description="OME-Zarr pyramid level")
+    level: int = Field(0, ge=0, le=MAX_LEVEL, description="OME-Zarr pyramid level")
     points: str | None = Field(None, description="points: CSV (z,y,x[,label]), .npy (N x 3) or cellfinder XML")
     points_unit: Literal["voxel", "physical"] = Field("voxel", description="points: coordinates in voxels or micrometer")
     cuboid: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
@@ -66,18 +66,18 @@ class Params(TaskParams):
     centering: Literal["cellfinder", "round"] = "cellfinder"
     edge: Literal["drop", "pad"] = "drop"
     pad_mode: Literal["constant", "reflect"] = "constant"
-    pad_value: float = 0.0
-    n_patches: int = Field(1000, ge=1, description="random: patches to draw")
-    seed: int = 0
+    pad_value: float = Field(0.0, ge=-3.4e38, le=3.4e38, description="edge: pad, pad_mode: constant: the value (must fit the image dtype)")
+    n_patches: int = Field(1000, ge=1, le=MAX_COUNT, description="random: patches to draw")
+    seed: Seed = 0
     labels: str | None = Field(None, description="random: label image for foreground oversampling")
     foreground_fraction: float = Field(0.33, ge=0, le=1)
     tile: list[PositiveInt] | None = Field(None, description="grid: tile size (z,y,x)")
     overlap: list[NonNegativeInt] | None = Field(None, description="grid: overlap between tiles (z,y,x)")
-    patches_per_chunk: int = Field(4, ge=1, description="patches per output chunk (a small group: zarr-python's "
+    patches_per_chunk: int = Field(4, ge=1, le=MAX_COUNT, description="patches per output chunk (a small group: zarr-python's "
                                    "per-chunk write cost made one patch per chunk 3x slower to write)")
-    patches_per_shard: int = Field(64, ge=1, description="patches per output shard file (a multiple of patches_per_chunk)")
-    patches_per_unit: int = Field(4096, ge=1, description="patches per unit (rounded to whole shards)")
-    cache_mb: float = Field(512.0, gt=0, description="decoded-chunk cache per worker")
+    patches_per_shard: int = Field(64, ge=1, le=MAX_COUNT, description="patches per output shard file (a multiple of patches_per_chunk)")
+    patches_per_unit: int = Field(4096, ge=1, le=MAX_COUNT, description="patches per unit (rounded to whole shards)")
+    cache_mb: float = Field(512.0, gt=0, le=MAX_MB, description="decoded-chunk cache per worker")
     # byte shuffle, not bitshuffle: 1.7x faster to write and 2x faster to read patches, ~15 % larger
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="shuffle"))
 

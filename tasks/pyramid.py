@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import zarr
@@ -42,7 +42,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.contract import THREADS, PlanContext, TaskParams, Unit
+from .runtime.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
 
 MAX_LEVELS = 12
 SLAB_BYTES = 4 * 2**20
@@ -54,14 +54,14 @@ class Params(TaskParams):
     method: Literal["auto", "mean", "mode", "nearest"] = Field(
         "auto", description="auto: mode for label images (image-label metadata), mean otherwise")
     factor: int = Field(2, ge=2, le=8, description="downsampling factor in y and x")
-    z_factor: Literal["auto"] | int = Field(
+    z_factor: Literal["auto"] | Annotated[int, Field(ge=1, le=8)] = Field(
         "auto", description="z factor per level: auto = 2 where it makes voxels more isotropic, else an integer (1 = never)")
     levels: int | None = Field(None, ge=2, le=MAX_LEVELS, description="total levels incl. level 0 (default: down to min_size)")
-    min_size: int = Field(256, ge=1, description="stop once a level's largest y/x side is at most this")
-    target_chunk_mb: float | None = Field(None, gt=0, description="chunk size to keep at low levels (default: level 0's, at least 1 MB)")
-    shard_mb: float | None = Field(16.0, gt=0, description="zarr v3: shard size per level (null: no shards)")
+    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="stop once a level's largest y/x side is at most this")
+    target_chunk_mb: float | None = Field(None, gt=0, le=MAX_MB, description="chunk size to keep at low levels (default: level 0's, at least 1 MB)")
+    shard_mb: float | None = Field(16.0, gt=0, le=MAX_MB, description="zarr v3: shard size per level (null: no shards)")
     codec: Codec | None = Field(None, description="codec of new levels (default: level 0's Blosc settings, else zstd)")
-    unit_mb: float = Field(16.0, gt=0, description="target output size of one unit of work")
+    unit_mb: float = Field(16.0, gt=0, le=MAX_MB, description="target output size of one unit of work")
 
     def ledger_root(self) -> Path:
         return Path(self.input)

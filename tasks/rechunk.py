@@ -34,7 +34,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 UNIT_MB = 64
 
@@ -46,7 +46,7 @@ class Params(TaskParams):
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
     shards: list[PositiveInt] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
     codec: Codec = Field(default_factory=Codec)
-    unit_mb: float = Field(UNIT_MB, gt=0, description="target size of one unit of work (whole chunks/shards are never split)")
+    unit_mb: float = Field(UNIT_MB, gt=0, le=MAX_MB, description="target size of one unit of work (whole chunks/shards are never split)")
     ngff_version: NgffVersion | None = Field(None, description="output NGFF version (default: the input's)")
 
     @model_validator(mode="after")

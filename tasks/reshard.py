@@ -59,7 +59,7 @@ from .io.ngff.metadata import (
 )
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
-from .runtime.contract import THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
@@ -81,15 +81,15 @@ class Params(TaskParams):
                                "<input>-wells.ome.zarr); each well lists one image, the well image")
     image_name: ImageName = Field("well", description="name of the well image (letters and digits)")
     overlap: Policy = Field("first", description="overlapping pixels: first, last, mean, or shift FOVs apart")
-    level: int = Field(0, ge=0, description="FOV pyramid level to reshard")
+    level: int = Field(0, ge=0, le=MAX_LEVEL, description="FOV pyramid level to reshard")
     chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="level-0 chunk [y, x] (default: divides the FOV)")
-    shard_mb: float = Field(64.0, gt=0, description="shard size of the lower levels")
-    min_size: int = Field(256, ge=1, description="pyramid: stop once a level's largest side is at most this")
+    shard_mb: float = Field(64.0, gt=0, le=MAX_MB, description="shard size of the lower levels")
+    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="pyramid: stop once a level's largest side is at most this")
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
-    overview_size: int = Field(256, ge=16, description="overview: about this many pixels per well side")
+    overview_size: int = Field(256, ge=16, le=65_536, description="overview: about this many pixels per well side")
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
-    unit_mb: float = Field(32.0, gt=0)
-    volume_mb: float = Field(192.0, ge=0, description="a well's (t, c) volume up to this size is composed whole "
+    unit_mb: float = Field(32.0, gt=0, le=MAX_MB)
+    volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="a well's (t, c) volume up to this size is composed whole "
                              "in one unit and its pyramid built in memory (each byte written once, nothing read "
                              "back); larger wells go by unit_mb regions, lower levels read back from level 0")
 

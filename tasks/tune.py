@@ -25,7 +25,7 @@ from .io.training.codec_trial import Policy
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
 from .io.readers.sources import case_paths, open_source
-from .runtime.contract import PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.contract import MAX_COUNT, MAX_INDEX, PlanContext, PositiveInt, TaskParams, Unit
 
 CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]
 FILTERS = ["shuffle", "bitshuffle"]
@@ -36,11 +36,11 @@ class Params(TaskParams):
     input: str = Field(description="a sample of your data: file(s) as compress takes them")
     output: str = Field(description="folder for tune.csv, tune.png, recommended.yaml and sample files")
     patch: list[PositiveInt] = Field(min_length=2, max_length=3, description="training patch size (spatial axes)")
-    seconds: float = Field(60.0, gt=0, description="time budget for all read measurements")
+    seconds: float = Field(60.0, gt=0, le=604_800, description="time budget for all read measurements")
     processes: int = Field(1, ge=1, le=64, description="reader processes (training workers), one thread each")
     policy: Policy = Field("balanced", description="how to pick the recommendation: ratio, speed, balanced")
-    sample_cases: int = Field(2, ge=1, description="cases of the input to sample")
-    crop: int = Field(4, ge=1, description="crop each sample case to this many patches per spatial axis")
+    sample_cases: int = Field(2, ge=1, le=MAX_COUNT, description="cases of the input to sample")
+    crop: int = Field(4, ge=1, le=MAX_INDEX, description="crop each sample case to this many patches per spatial axis")
     layouts: list[Literal["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]] = Field(
         default_factory=lambda: list(LAYOUTS))
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputNotFoundError
 from .ledger import list_steps
 from .provenance import read_provenance
 from .registry import get_task, task_names
@@ -58,7 +58,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_task(args: argparse.Namespace) -> int:
     get_task(args.name)  # unknown task -> clear error before reading anything
     if args.params:
-        doc = load_located(Path(args.params))
+        doc = load_located(Path(args.params), "parameter file")
         if not isinstance(doc.data, dict):
             raise ConfigError(f"{args.params}: expected a mapping of parameter names to values")
     else:
@@ -113,6 +113,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
+    if not Path(args.output).exists():
+        raise InputNotFoundError(f"{args.output}: does not exist; give an output zarrmill wrote")
     steps = list_steps(Path(args.output))
     if not steps:
         print(f"{args.output}: no zarrmill ledger here", file=sys.stderr)

@@ -31,11 +31,22 @@ Unit = dict[str, Any]
 # the GIL (file reads, numpy, Blosc): the local executor then runs it on threads in one process,
 # with no process start-up or transfers (bench_ingest at camera size: 6.6 s vs 7.9 s on 2 processes).
 THREADS = "threads"
+# Every number a user sets has a lower and an upper bound, which pydantic's message states
+# (unit_mb=1e308 once ended in an OverflowError; tests/test_param_bounds.py checks every task).
+MAX_INDEX = 2**31 - 1      # sizes, shapes, chunks, pixel counts
+MAX_COUNT = 10**9          # patches, blobs, cases, fields
+MAX_MB = 1_048_576.0       # 1 TiB: memory and file-size budgets
+MAX_UM = 1e9               # 1 km in micrometer: physical sizes and positions
+MAX_SEED = 2**32 - 1
+MAX_LEVEL = 32             # pyramid levels (2**32 downsampling)
 # sizes, shapes, chunks: every entry at least 1 (0 or negative ended in tracebacks deep in zarr)
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_INDEX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_INDEX)]
 # physical sizes (pixel and voxel sizes, micrometer): a 0 gave a silently degenerate scale
-PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_UM)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="random seed")]
+# plate rows, columns: up to 3456-well plates (48 x 72); rows are named A..Z, AA..AV
+PlateShape = Annotated[list[Annotated[int, Field(ge=1, le=72)]], Field(min_length=2, max_length=2)]
 
 
 class TaskParams(BaseModel):

@@ -26,8 +26,8 @@ class Resources(Strict):
 
 
 class Adapt(Strict):
-    minimum_jobs: int = Field(0, ge=0)
-    maximum_jobs: int = Field(4, ge=1)
+    minimum_jobs: int = Field(0, ge=0, le=10_000)
+    maximum_jobs: int = Field(4, ge=1, le=10_000)
 
 
 WORKERS_PER_CPU = 4  # local worker processes per available CPU (I/O-bound work may oversubscribe a little)
@@ -41,18 +41,18 @@ class ExecutorSpec(Strict):
         "local", description="local: LocalCluster (processes); threads: one process, many threads; "
         "sync: inline on the driver (debugging); slurm: dask-jobqueue SLURMCluster; "
         "address: an existing scheduler")
-    workers: int | None = Field(None, ge=1, description="local: worker processes (default: cores)")
-    threads_per_worker: int = Field(1, ge=1)
+    workers: int | None = Field(None, ge=1, le=4096, description="local: worker processes (default: cores)")
+    threads_per_worker: int = Field(1, ge=1, le=1024)
     memory_limit: str | None = Field(None, description="local: per worker (default: RAM / workers)")
     address: str | None = Field(None, description="address: scheduler address, e.g. tcp://host:8786")
-    jobs: int | None = Field(None, ge=1, description="slurm: fixed number of worker jobs per pool")
+    jobs: int | None = Field(None, ge=1, le=10_000, description="slurm: fixed number of worker jobs per pool")
     adapt: Adapt | None = Field(None, description="slurm: adaptive number of worker jobs")
     slurm: dict[str, Any] = Field(default_factory=dict, description=(
         "slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
         "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
         "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)"))
-    worker_start_timeout: float = Field(300.0, gt=0, description="seconds to wait for the first worker")
-    retries: int = Field(1, ge=0, description="times a failed unit is retried")
+    worker_start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds to wait for the first worker")
+    retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
 
     @field_validator("memory_limit")
@@ -116,7 +116,7 @@ class Ready(Strict):
     """When a dataset is complete enough to convert."""
 
     marker: str | None = Field(None, description="glob inside the dataset that must exist, e.g. MeasurementData.mlf")
-    quiet_seconds: float = Field(0.0, ge=0, description="no file in the dataset changed for this long")
+    quiet_seconds: float = Field(0.0, ge=0, le=604_800, description="no file in the dataset changed for this long")
 
 
 class ForEach(Strict):
@@ -126,9 +126,9 @@ class ForEach(Strict):
     list: str | None = Field(None, description="datasets: a file with one path per line")
     name: str = Field("dataset", description="variable name bound to each dataset")
     ready: Ready = Field(default_factory=Ready)
-    max_concurrent: int = Field(2, ge=1, description="datasets converted at once")
+    max_concurrent: int = Field(2, ge=1, le=1024, description="datasets converted at once")
     state_dir: str | None = Field(None, description="run history and locks (default: .zarrmill-state next to the outputs)")
-    lock_stale_seconds: float = Field(300.0, gt=0, description="a lock whose heartbeat is older is taken over")
+    lock_stale_seconds: float = Field(300.0, gt=0, le=604_800, description="a lock whose heartbeat is older is taken over")
 
 
 class StepSpec(Strict):

@@ -253,6 +253,9 @@ def apply_set(data: dict[str, Any], item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set executor.kind=slurm")
     key, _, raw = item.partition("=")
+    if not key or any(part == "" for part in key.split(".")):
+        raise ConfigError(f"--set {item!r}: the key before '=' is empty or has an empty part; "
+                          "expected KEY=VALUE, e.g. --set executor.kind=slurm")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:

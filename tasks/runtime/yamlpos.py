@@ -32,7 +32,7 @@ class Located:
 MAX_NODES = 100_000  # a workflow is a few hundred nodes; aliases must not expand past this
 
 
-def load_located(path: Path) -> Located:
+def load_located(path: Path, what: str = "workflow file") -> Located:
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -44,10 +44,10 @@ def load_located(path: Path) -> Located:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
                           "save the file as UTF-8") from None
-    return loads_located(text, str(path))
+    return loads_located(text, str(path), what)
 
 
-def loads_located(text: str, source: str) -> Located:
+def loads_located(text: str, source: str, what: str = "workflow file") -> Located:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
@@ -59,10 +59,14 @@ def loads_located(text: str, source: str) -> Located:
         raise ConfigError(f"{pos}: YAML syntax error: {err.problem or err.context}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: YAML syntax error: {err}") from err
+    if data is None:  # nothing but blank lines or comments
+        hint = "give it a name and steps (workflows/demo.yaml is an example)" if what == "workflow file" \
+            else "give the parameters as name: value lines"
+        raise ConfigError(f"{source}:1:1: the {what} is empty; {hint}")
     positions: dict[Loc, tuple[int, int]] = {}
     if node is not None:
         _walk(node, (), positions, source)
-    return Located(data if data is not None else {}, source, positions)
+    return Located(data, source, positions)
 
 
 def _check_size(root: yaml.Node, source: str) -> None:
