@@ -36,7 +36,7 @@ from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
 from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
-from .io.readers.sources import Source, case_paths, describe, open_source
+from .io.readers.sources import Source, case_paths, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 
@@ -72,7 +72,7 @@ class Params(TaskParams):
 
 
 def _sources(p: Params) -> list[Source]:
-    return [open_source(path, p.level, p.axes) for path in case_paths(p.input)]
+    return refuse_name_collisions([open_source(path, p.level, p.axes) for path in case_paths(p.input)])
 
 
 def layout_for(p: Params, src: Source) -> tuple[tuple[int, ...], tuple[int, ...] | None]:

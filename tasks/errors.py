@@ -2,6 +2,8 @@
 1 for a failed run); everything else is a bug and keeps its traceback under ``--debug``."""
 from __future__ import annotations
 
+import sys
+
 
 class ZarrmillError(Exception):
     """Base class of every error zarrmill raises on purpose."""
@@ -65,3 +67,8 @@ class OutputLockedError(ZarrmillError, BlockingIOError):
     """Another zarrmill run is writing this output right now."""
 
     exit_code = 2
+
+
+def warn(where: object, what: str) -> None:
+    """One ``zarrmill: warning:`` line naming the file or store and what zarrmill assumed or dropped."""
+    print(f"zarrmill: warning: {where}: {what}", file=sys.stderr, flush=True)

@@ -30,7 +30,7 @@ import numpy as np
 import zarr
 from pydantic import Field, model_validator
 
-from .errors import ConfigError, InputError
+from .errors import ConfigError, InputError, warn
 from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array,
                                 write_region)
 from .io.storage.atomic import atomic_write_bytes
@@ -77,6 +77,8 @@ class Params(TaskParams):
                                    "per-chunk write cost made one patch per chunk 3x slower to write)")
     patches_per_shard: int = Field(64, ge=1, le=MAX_COUNT, description="patches per output shard file (a multiple of patches_per_chunk)")
     patches_per_unit: int = Field(4096, ge=1, le=MAX_COUNT, description="patches per unit (rounded to whole shards)")
+    allow_empty: bool = Field(False, description="points: finish with an empty store when every point is dropped "
+                              "(default: an error)")
     cache_mb: float = Field(512.0, gt=0, le=MAX_MB, description="decoded-chunk cache per worker")
     # byte shuffle, not bitshuffle: 1.7x faster to write and 2x faster to read patches, ~15 % larger
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="shuffle"))
@@ -232,7 +234,9 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     n = len(req["point_id"])
     if n == 0:
         raise InputError(f"{p.points or p.input}: no patches to extract")
+    _check_pad_value(p, arr.dtype)
     out = Path(p.output)
+    _report_dropped(p, req["status"], out / "points.csv")
     ensure_group(out, 3, ctx)
     shape = (n, lead) + out_size(p)
     chunk = min(p.patches_per_chunk, n)
@@ -248,6 +252,29 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     per_unit = max(shard, p.patches_per_unit // shard * shard)
     layer = req["origin"][:, 0] // arr.chunks[-n_space] if n_space == 3 else np.zeros(n, np.int64)
     return [{"id": f"p{a}", "start": a, "stop": b} for a, b in unit_ranges(layer, shard, per_unit)]
+
+
+def _report_dropped(p: Params, status: np.ndarray, table: Path) -> None:
+    """Dropped points are counted by reason in one warning naming the table that lists them; all
+    points dropped is an error unless ``allow_empty`` (a wrong unit or level drops everything)."""
+    dropped = status != 0
+    if not dropped.any():
+        return
+    counts = np.bincount(status[dropped].astype(np.int64), minlength=len(STATUS))
+    reasons = ", ".join(f"{int(counts[k])} {STATUS[k].removeprefix('dropped: ')}" for k in sorted(STATUS)
+                        if k and counts[k])
+    if dropped.all() and not p.allow_empty:
+        raise InputError(f"{p.points}: all {len(status)} points dropped ({reasons}); check points_unit, "
+                         "voxel_size, level and edge, or set allow_empty: true")
+    warn(table, f"{int(dropped.sum())} of {len(status)} points dropped ({reasons}); their rows say why")
+
+
+def _check_pad_value(p: Params, dtype: np.dtype) -> None:
+    if p.edge == "pad" and p.pad_mode == "constant" and np.dtype(dtype).kind in "iub":
+        info = np.iinfo(dtype) if np.dtype(dtype).kind != "b" else np.iinfo(np.uint8)
+        if not info.min <= p.pad_value <= info.max:
+            raise ConfigError(f"pad_value {p.pad_value:g} does not fit the image's {np.dtype(dtype)} "
+                              f"({info.min}..{info.max}); choose a value in that range")
 
 
 def unit_ranges(layer: np.ndarray, shard: int, per_unit: int) -> list[tuple[int, int]]:

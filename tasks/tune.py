@@ -24,7 +24,7 @@ from .io.training.b2store import cparams, write_b2nd
 from .io.training.codec_trial import Policy
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
-from .io.readers.sources import case_paths, open_source
+from .io.readers.sources import case_paths, open_source, refuse_name_collisions
 from .runtime.contract import MAX_COUNT, MAX_INDEX, PlanContext, PositiveInt, TaskParams, Unit
 
 CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]
@@ -51,8 +51,7 @@ def _candidates(p: Params) -> list[dict]:
 
 def _samples(p: Params):
     out = []
-    for path in case_paths(p.input)[:p.sample_cases]:
-        src = open_source(path)
+    for src in refuse_name_collisions([open_source(path) for path in case_paths(p.input)[:p.sample_cases]]):
         n = len(p.patch)
         crop = tuple(slice(None) for _ in src.shape[:-n]) + tuple(
             slice(0, min(s, c * p.crop)) for s, c in zip(src.shape[-n:], p.patch))

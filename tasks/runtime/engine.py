@@ -144,7 +144,9 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
 
     client = get_client() if todo else None
     if client is not None:
-        _say(opts, f"[{step}] dashboard: {client.dashboard_link}")
+        from .executors import dashboard_link
+
+        _say(opts, f"[{step}] dashboard: {dashboard_link(client)}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
     t_units = time.monotonic()
     try:

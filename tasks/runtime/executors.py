@@ -10,8 +10,10 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import dask.config
 
@@ -36,6 +38,22 @@ SLURM_DEFAULTS = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processe
 # allocate tens of MB each; unsetting it made a rechunk on 2 workers 1.7x faster (2.82 -> 1.62 s).
 UNSET_TRIM = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 UNSET_TRIM_ENV = "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_=None"
+
+
+LOOPBACK = "127.0.0.1"
+# the host each pool's dashboard listens on, where zarrmill chose it (dask's own link names the
+# scheduler's network address, where a dashboard bound to 127.0.0.1 does not answer)
+DASHBOARD_HOSTS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def dashboard_link(client: Any) -> str:
+    """A dashboard link that opens: on the host the dashboard listens on."""
+    link = client.dashboard_link
+    host = DASHBOARD_HOSTS.get(client)
+    if not host or host in ("0.0.0.0", "::", "[::]"):
+        return link
+    parts = urlsplit(link)
+    return urlunsplit(parts._replace(netloc=f"{host}:{parts.port}")) if parts.port else link
 
 
 class Executor:
@@ -75,6 +93,9 @@ class Executor:
         if kind == "slurm":
             make_run_dir(self.run_dir)
             cluster, client = start_slurm_pool(self.spec, self.name, self.run_dir, resources)
+            host = str(getattr(cluster, "scheduler_spec", {}).get("options", {}).get("dashboard_address", "")).rpartition(":")[0]
+            if host:
+                DASHBOARD_HOSTS[client] = host
             self.job_names.add(cluster.job_name)
             return cluster, client
         cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
@@ -85,12 +106,17 @@ class Executor:
             make_run_dir(self.run_dir)
         with dask.config.set({UNSET_TRIM: None}):
             # the dashboard (and the scheduler) listen on this machine only
+            # threads: the scheduler talks inproc, but each in-process worker still serves HTTP
+            # (metrics), which listened on every interface unless told otherwise
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
-                                   processes=kind == "local", dashboard_address="127.0.0.1:0",
-                                   **({"host": "127.0.0.1"} if kind == "local" else {}),  # threads: inproc
+                                   processes=kind == "local", dashboard_address=f"{LOOPBACK}:0",
+                                   worker_dashboard_address=f"{LOOPBACK}:0",
+                                   **({"host": LOOPBACK} if kind == "local" else {}),
                                    silence_logs=_worker_log_level(),
                                    local_directory=str(self.run_dir / "dask") if kind == "local" else None)
-        return cluster, Client(cluster, set_as_default=False)
+        client = Client(cluster, set_as_default=False)
+        DASHBOARD_HOSTS[client] = LOOPBACK
+        return cluster, client
 
     def explain_lost_workers(self) -> str:
         """Why workers of this run died: dask restarted them over their memory limit, or SLURM

@@ -6,9 +6,10 @@ same warning (a viewer then computes its own contrast)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
+
+from ...errors import warn
 
 _warned: set[tuple[str, str]] = set()
 WINDOW_KEYS = ("min", "max", "start", "end")
@@ -18,7 +19,7 @@ def warn_once(path: Path, what: str) -> None:
     key = (str(path), what)
     if key not in _warned:
         _warned.add(key)
-        print(f"zarrmill: warning: {path}: {what}", file=sys.stderr, flush=True)
+        warn(path, what)
 
 
 def clean_omero(omero: Any, path: Path) -> dict[str, Any] | None:

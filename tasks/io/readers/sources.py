@@ -83,3 +83,15 @@ def case_paths(path: str | Path) -> list[Path]:
 
 def describe(src: Source) -> dict[str, Any]:
     return {"name": src.name, "path": str(src.path), "shape": list(src.shape), "dtype": str(src.dtype)}
+
+
+def refuse_name_collisions(sources: list[Source]) -> list[Source]:
+    """Each case becomes ``<name>.b2nd`` (or ``<name>/``): two files whose names differ only in the
+    extension (``case.tif`` and ``case.npy``) would write one output; refused naming both."""
+    seen: dict[str, Path] = {}
+    for src in sources:
+        if src.name in seen:
+            raise InputError(f"{seen[src.name]} and {src.path}: both become case {src.name!r} once the "
+                             "extension is removed; rename or move one of them")
+        seen[src.name] = src.path
+    return sources
