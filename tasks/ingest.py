@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import zarr
-from pydantic import Field, PrivateAttr, model_validator
 
 from . import ingest_wells, reshard
-from .errors import ConfigError, InputError, InputNotFoundError
+from .ingest_params import Params
+from .errors import ConfigError, InputError
 from .io.ngff.acquisition import Acquisition
 from .io.storage.arrays import (
     ArraySpec,
-    Codec,
     ensure_array,
     ensure_group,
     group_regions,
@@ -36,7 +34,7 @@ from .io.storage.arrays import (
     write_region,
 )
 from .io.readers.cellvoyager import unlisted_images
-from .io.readers.registry import ReadOptions, detect, reader
+from .io.readers.registry import ReadOptions, reader
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,
@@ -48,99 +46,17 @@ from .io.ngff.hcs import (
     write_field_image,
     write_plate,
 )
-from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
+from .io.ngff.metadata import NGFF_FORMATS, Level, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
-from .io.ngff.placement import Policy
-from .reshard import ImageName
-from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_MB, THREADS, PlanContext, PlateShape, PositiveFloat, PositiveInt, TaskParams, Unit
+from .runtime.contract import THREADS, PlanContext, Unit
 
 MAX_LISTED = 5
 BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
-
-class Params(TaskParams):
-    input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
-    output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
-    format: Literal["auto", "cellvoyager", "imagexpress", "pattern", "scenes", "image"] = Field(
-        "auto", description="auto: `pattern` given is pattern, a folder with an .HTD is imagexpress, one with a .mlf "
-        "is cellvoyager; a file is scenes (a plate of its scenes, through bioio) if it is CZI/ND2/LIF/... or an "
-        "OME-TIFF of several series, else image")
-    mlf: str | None = Field(None, description="cellvoyager: mlf file name (default MeasurementData.mlf)")
-    mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
-    pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
-    positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
-    grid_columns: int | None = Field(None, ge=1, le=MAX_COUNT, description="pattern without positions: fields per grid row (default: square)")
-    pixel_size: list[PositiveFloat] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
-    plate_shape: PlateShape = Field([8, 12], description="pattern: plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
-    channel_names: list[str] | None = Field(None, description="channel labels in channel order")
-    axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")
-    missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
-    allow_extra_files: bool = Field(False, description="cellvoyager: accept image files the mlf does not list")
-    check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
-    ngff_version: NgffVersion = "0.5"
-    chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
-    # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
-    # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
-    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
-    projections: Literal["skip", "only"] = Field("skip", description="imagexpress: the z projections MetaXpress "
-                                                  "writes beside ZStep_ folders: skip them, or ingest only them (a plate "
-                                                  "of 2D projections, its own output; ingest twice for both)")
-    well_names: Literal["plate", "fractal"] = Field("plate", description="1536-well plates: plate = rows A..AF, "
-                                                     "columns 01..48; fractal = as Fractal names them (B03.a1 -> Ba/031)")
-    layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
-                                           "each well one image, its FOVs placed by stage position (what "
-                                           "ingest + reshard make, in one pass, with pyramid and ROI tables)")
-    # layout: well only; the same settings as reshard's
-    image_name: ImageName = Field("well", description="layout well: name of the well image")
-    overlap: Policy = Field("first", description="layout well: overlapping FOV pixels: first, last, mean, or shift apart")
-    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="layout well: pyramid stops once a level's largest side is at most this")
-    shard_mb: float = Field(64.0, gt=0, le=MAX_MB, description="layout well: shard size of the lower pyramid levels")
-    overview: bool = Field(False, description="layout well: also write a plate overview image")
-    overview_size: int = Field(256, ge=16, le=65_536, description="layout well: about this many overview pixels per well side")
-    volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="layout well: a well's (t, c) volume up to this is built whole "
-                             "in one unit, its pyramid in memory; larger ones in regions, lower levels read back")
-
-    _format: str | None = PrivateAttr(None)
-
-    @model_validator(mode="after")
-    def _check(self) -> "Params":
-        if self.format == "pattern" and not self.pattern:
-            raise ValueError("format 'pattern' needs pattern, e.g. '{well}_s{field}_w{channel}.tif'")
-        if self.layout == "well" and self.format == "image":
-            raise ValueError("layout 'well' is for plates; format 'image' writes one image")
-        return self
-
-    def pixel_size_override(self) -> tuple[tuple[float, float] | None, float | None]:
-        """(y, x) and z step from ``pixel_size``, None where the files' own metadata should say."""
-        if not self.pixel_size:
-            return None, None
-        z = self.pixel_size[0] if len(self.pixel_size) == 3 else None
-        return (self.pixel_size[-2], self.pixel_size[-1]), z
-
-    def resolved_format(self) -> str:
-        if self.format != "auto":
-            return self.format
-        if self._format is None:  # plan, checks and finish all ask: look through the folders once
-            self._format = self._detect_format()
-        return self._format
-
-    def _detect_format(self) -> str:
-        path = Path(self.input)
-        if not path.exists():
-            raise InputNotFoundError(f"{self.input}: input does not exist")
-        if path.is_file():
-            return detect(path) or "image"
-        if self.pattern:
-            return "pattern"
-        found = detect(path)
-        if found is None:
-            raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, scenes, image)")
-        return found
-
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
 def read_acquisition(p: Params) -> Acquisition:
@@ -282,7 +198,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         return _finish_image(p)
     acq = read_acquisition(p)
     if p.layout == "well":
-        return ingest_wells.finish(p, acq)
+        return ingest_wells.finish(p, acq, ctx.guard)
     root = Path(p.output)
     origins = well_origins(acq)
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}

@@ -10,12 +10,13 @@ plane, so each file is read once."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import zarr
 
 from . import reshard
+from .ingest_params import Params
 from .io.ngff.acquisition import Acquisition
 from .io.ngff.hcs import (
     MAX_WINDOW_FIELDS,
@@ -31,20 +32,19 @@ from .io.ngff.hcs import (
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
 from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, read_plane_into
+from .io.storage.guard import OutputGuard
 from .runtime.contract import PlanContext, Unit
 
-if TYPE_CHECKING:  # ingest imports this module
-    from . import ingest
 
 
-def reshard_params(p: "ingest.Params") -> reshard.Params:
+def reshard_params(p: Params) -> reshard.Params:
     """The reshard settings an ingest ``layout: well`` stands for (same names, same meaning)."""
     return reshard.Params(input=p.input, output=p.output, image_name=p.image_name, overlap=p.overlap,
                           chunk_yx=p.chunk_yx, shard_mb=p.shard_mb, min_size=p.min_size, overview=p.overview,
                           overview_size=p.overview_size, codec=p.codec, volume_mb=p.volume_mb)
 
 
-def acquisition_wells(p: "ingest.Params", acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
+def acquisition_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
                       ) -> tuple[dict[str, Any], list[reshard.Well], str]:
     """(plate dict as the NGFF plate metadata has it, wells with their FOVs, NGFF version): what
     reshard would read back from the per-FOV plate ingest writes with ``layout: fov``."""
@@ -74,7 +74,7 @@ def acquisition_wells(p: "ingest.Params", acq: Acquisition, windows: list[tuple[
     return plate, reshard.one_canvas(wells), p.ngff_version
 
 
-def plan(p: "ingest.Params", acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
     missing_ok = p.missing == "zeros"
     units = reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx)
     for unit in units:
@@ -83,7 +83,7 @@ def plan(p: "ingest.Params", acq: Acquisition, ctx: PlanContext) -> list[Unit]:
     return units
 
 
-def run_unit(p: "ingest.Params", unit: Unit) -> int:
+def run_unit(p: Params, unit: Unit) -> int:
     rp = reshard_params(p)
     if unit.get("kind") != "compose":
         return reshard.run_unit(rp, unit)  # pyramid levels and the overview: from the well images
@@ -113,7 +113,7 @@ def _file_reader(missing_ok: bool) -> reshard.FovReader:
     return read
 
 
-def finish(p: "ingest.Params", acq: Acquisition) -> None:
+def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
     plate, wells, version = acquisition_wells(p, acq, source_windows(acq, missing))
     rp = reshard_params(p)
@@ -130,7 +130,7 @@ def finish(p: "ingest.Params", acq: Acquisition) -> None:
         group = zarr.open_group(str(rp.output_path() / well.path / rp.image_name), mode="a",
                                 zarr_format=NGFF_FORMATS[version])
         group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
-    reshard.finish_wells(rp, plate, wells, version)
+    reshard.finish_wells(rp, plate, wells, version, guard)
 
 
 def source_windows(acq: Acquisition, missing: set[str]) -> list[tuple[float, float, float, float]]:

@@ -42,6 +42,7 @@ from .io.storage.arrays import (
     write_region,
 )
 from .io.storage.downsample import downsample
+from .io.storage.guard import OutputGuard
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
@@ -322,10 +323,10 @@ def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
-    finish_wells(p, *read_wells(p))
+    finish_wells(p, *read_wells(p), ctx.guard)
 
 
-def finish_wells(p: Params, plate: dict, wells: list[Well], version: str) -> None:
+def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard) -> None:
     """Every well image's metadata and ROI tables, the overview's, then well and plate metadata."""
     pp = p.pyramid_params()
     for well in wells:
@@ -336,7 +337,8 @@ def finish_wells(p: Params, plate: dict, wells: list[Well], version: str) -> Non
                              name=f"{well.path} {p.image_name}", extra=extra)
         axes = "".join(a for a in meta.axis_names if a in "zyx")
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
-                         well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(Path(p.input).resolve()))
+                         well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(Path(p.input).resolve()),
+                         guard)
     if p.overview:
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version)

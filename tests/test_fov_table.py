@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import zarr
 
+from zarrmill.errors import OutputExistsError
 from zarrmill.io.ngff.fov_table import TABLE, WELL_TABLE, read_roi_table, write_roi_tables
+from zarrmill.io.storage.guard import OutputGuard
 
 FOVS = [{"FieldIndex": f"FOV_{i}", "z_micrometer": 0.0, "len_z_micrometer": 1.0, "y_micrometer": 0.1 * i,
          "len_y_micrometer": 208.0, "x_micrometer": 200.0 * i, "len_x_micrometer": 200.0, "x_pixel": 640 * i, "len_x_pixel": 640, "source_path": f"B/03/{i}"}
@@ -38,10 +40,12 @@ def test_tables_read_back_as_anndatas_own(tmp_path: Path, zarr_format: int) -> N
     from anndata.io import read_elem
 
     ours, ref = tmp_path / "ours", tmp_path / "ref"
-    zarr.open_group(str(ours), mode="w", zarr_format=zarr_format)
+    guard = OutputGuard(ours)
+    guard.claim("t")  # zarrmill's own store, as a step's output is
+    zarr.open_group(str(ours), mode="a", zarr_format=zarr_format)
     ref_tables = zarr.open_group(str(ref), mode="w", zarr_format=zarr_format).require_group("tables")
-    write_roi_tables(ours, FOVS, WELL, "/src/plate.zarr")
-    write_roi_tables(ours, FOVS, WELL, "/src/plate.zarr")  # a rerun replaces, same content
+    write_roi_tables(ours, FOVS, WELL, "/src/plate.zarr", guard)
+    write_roi_tables(ours, FOVS, WELL, "/src/plate.zarr", guard)  # a rerun replaces, same content
     for name, rows in ((TABLE, FOVS), (WELL_TABLE, [WELL])):
         _reference(ref_tables, name, rows)
         a = read_elem(zarr.open_group(str(ours / "tables" / name), mode="r"))
@@ -70,9 +74,22 @@ def test_ngio_reads_the_rois(tmp_path: Path) -> None:
     image = tmp_path / "img.zarr"
     zarr.create_array(str(image / "0"), shape=(1, 416, 1920), chunks=(1, 208, 640), dtype="uint16")
     write_image_metadata(image, "0.5", make_axes("zyx"), [Level("0", [1.0, 1.0, 1.0], None)])
-    write_roi_tables(image, FOVS, WELL, "/src")
+    write_roi_tables(image, FOVS, WELL, "/src", OutputGuard(image))
     table = open_ome_zarr_container(str(image)).get_table(TABLE)
     roi = table.get("FOV_2")
     assert roi is not None
     x, y = roi.get("x"), roi.get("y")
     assert (x.start, x.length, y.start, y.length) == (400.0, 200.0, 0.2, 208.0)
+
+
+def test_a_table_zarrmill_did_not_write_is_never_replaced(tmp_path: Path) -> None:
+    """Replacing a table goes through the output guard: in an image zarrmill did not create, another
+    tool's FOV_ROI_table stays as it was, and the refusal is one error naming it."""
+    image = tmp_path / "theirs.zarr"
+    tables = zarr.open_group(str(image), mode="w", zarr_format=3).require_group("tables")
+    _reference(tables, TABLE, FOVS[:1])
+    before = {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()}
+    guard = OutputGuard(image, in_place=True)
+    with pytest.raises(OutputExistsError, match=f"{TABLE}: exists and was not created by zarrmill"):
+        write_roi_tables(image, FOVS, WELL, "/src/plate.zarr", guard)
+    assert {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()} == before

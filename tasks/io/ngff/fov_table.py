@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from ..storage.guard import OutputGuard
 from ..storage.atomic import atomic_write_bytes
 from .placement import Fov
 
@@ -61,8 +62,10 @@ def well_row(shape: tuple[int, ...], scale: tuple[float, ...], axes: str) -> dic
     return row
 
 
-def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str, Any], source: str) -> None:
-    """Both tables, replacing earlier versions (a rerun writes the same content)."""
+def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str, Any], source: str,
+                     guard: OutputGuard) -> None:
+    """Both tables, replacing earlier versions (a rerun writes the same content) through the output
+    guard: a table zarrmill did not write is never replaced."""
     group = zarr.open_group(str(image), mode="a")
     disk = group.require_group("tables")
     names = sorted(set(disk.attrs.get("tables", [])) | {TABLE, WELL_TABLE})
@@ -72,7 +75,7 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
     for name, rows in ((TABLE, fov_rows), (WELL_TABLE, [well])):
         write_anndata(memory, name, rows, {**ROI_ATTRS, "zarrmill_source_plate": source})
         if name in disk:
-            del disk[name]
+            guard.remove(Path(image) / "tables" / name, " (an ROI table of the same name)")
     root = Path(image) / "tables"
     for key, buffer in files.items():
         atomic_write_bytes(root / key, buffer.to_bytes(), durable=False)  # as zarr's LocalStore
