@@ -104,3 +104,21 @@ def test_an_empty_parameter_file_is_named_empty(cli, tmp_path):
     code, _, err = cli("task", "generate", "--params", params)
     assert code == 2 and "the parameter file is empty" in err
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["p.yaml"]
+
+
+@pytest.mark.parametrize("where", ["zarrmill.io.storage.atomic.os.fsync", "zarrmill.runtime.engine.fingerprint"])
+def test_a_full_disk_names_the_output_it_was_writing(cli, tmp_path, monkeypatch, where):
+    """ENOSPC from write() or fsync() carries no file name; the line names what was being written."""
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(where, full)
+    out = tmp_path / "img.zarr"
+    code, _, err = cli("task", "generate", "--executor", "sync", "--set", f"output={out}", "--set", "shape=[32,32]",
+                       "--set", "axes=yx")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no space left on the device" in lines[0], err
+    assert "?" not in lines[0] and str(out) in lines[0], err

@@ -88,7 +88,9 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     lock = _lock_output(step, guard)
     try:
         return _run_locked(step, task, params, get_client, opts, guard, rec, t0)
-    except BaseException:
+    except BaseException as err:
+        if isinstance(err, OSError) and err.filename is None:  # a full disk, said by a write that names no file
+            err.filename = str(guard.root)
         guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
         raise
     finally:

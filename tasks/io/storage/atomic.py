@@ -26,8 +26,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:  # write() and fsync() name no file
+            err.filename = str(path)
         raise
 
 
