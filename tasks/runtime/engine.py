@@ -89,12 +89,19 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     try:
         return _run_locked(step, task, params, get_client, opts, guard, rec, t0)
     except BaseException as err:
-        if isinstance(err, OSError) and err.filename is None:  # a full disk, said by a write that names no file
+        if _unnamed_os_error(err):  # a full disk, said by a write that names no file
             err.filename = str(guard.root)
         guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
         raise
     finally:
         lock.release()
+
+
+def _unnamed_os_error(err: BaseException) -> bool:
+    """An error of the operating system (not one of zarrmill's own, some of which are OSErrors)
+    that names no file."""
+    return (isinstance(err, OSError) and not isinstance(err, ZarrmillError) and err.errno is not None
+            and err.filename is None)
 
 
 def _lock_output(step: str, guard: OutputGuard) -> DatasetLock:

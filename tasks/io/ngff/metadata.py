@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import zarr
 from pydantic import BeforeValidator
 
@@ -134,7 +135,55 @@ def read_image(path: Path) -> ImageMeta:
                                  f"multiscales lists {len(axes)} axes ({', '.join(a.get('name', '?') for a in axes)}); "
                                  "axes and transforms must match the array's dimensions")
         levels.append(Level(ds["path"], scale, translation))
-    return ImageMeta(Path(path), str(version), axes, levels, attrs)
+    _check_axes(Path(path), axes)
+    meta = ImageMeta(Path(path), str(version), axes, levels, attrs)
+    _check_level_arrays(meta)
+    return meta
+
+
+def _check_axes(path: Path, axes: list[dict[str, Any]]) -> None:
+    """Axis names are strings, present and unique: a task copies them into what it writes, which
+    ``zarrmill check`` (and the NGFF schemas) would then reject."""
+    names = [a.get("name") for a in axes]
+    if not axes or not all(isinstance(n, str) and n for n in names):
+        raise InputError(f"{path}: multiscales axes {names!r} must each have a name; fix the axes metadata")
+    doubled = sorted({n for n in names if names.count(n) > 1})
+    if doubled:
+        raise InputError(f"{path}: multiscales axes {names} name {', '.join(doubled)} more than once; axis "
+                         "names must be unique; fix the axes metadata")
+
+
+def _check_level_arrays(meta: ImageMeta) -> None:
+    """Every level that exists has one dimension per axis and level 0's dtype (read from the small
+    array metadata; levels not written yet are the pyramid task's business)."""
+    first: tuple[str, str] | None = None
+    for lv in meta.levels:
+        apath = Path(meta.path) / lv.path
+        if (apath / "zarr.json").exists():
+            doc = read_json(apath / "zarr.json")
+            shape, dtype = doc.get("shape"), doc.get("data_type")
+        elif (apath / ".zarray").exists():
+            doc = read_json(apath / ".zarray")
+            shape, dtype = doc.get("shape"), doc.get("dtype")
+        else:
+            continue
+        if not isinstance(doc, dict) or not isinstance(shape, list):
+            raise InputError(f"{apath}: array metadata without a shape; the store is damaged")
+        check_dimensions(meta, lv, tuple(shape))
+        dtype = str(np.dtype(dtype)) if _is_dtype(dtype) else str(dtype)
+        if first is None:
+            first = (lv.path, dtype)
+        elif dtype != first[1]:
+            raise InputError(f"{meta.path}: level {lv.path!r} is {dtype} but level {first[0]!r} is {first[1]}; "
+                             "every level of an image must have one dtype; fix or remove that level")
+
+
+def _is_dtype(value: Any) -> bool:
+    try:
+        np.dtype(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int, path: Path) -> tuple[list[float], list[float] | None]:

@@ -28,7 +28,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.filename is None:  # write() and fsync() name no file
+        if type(err).__module__ == "builtins" and isinstance(err, OSError) and err.filename is None:
+            # write() and fsync() name no file (a full disk, a quota)
             err.filename = str(path)
         raise
 
