@@ -34,13 +34,14 @@ from .io.storage.arrays import (
 from .io.storage.atomic import atomic_write_json
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
+from .io.training.store_check import COMPRESS_SUMMARY
 from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 
-SUMMARY = "zarrmill-compress.json"
+SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
 
 
@@ -149,7 +150,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
     atomic_write_json(out / SUMMARY,
-                      {"state": "running", "codec": choice, "cases": [describe(s) for s in sources]})
+                      {"state": "running", "format": p.format, "patch": p.patch, "layout": p.layout,
+                       "codec": choice, "cases": [describe(s) for s in sources]})
     return units
 
 

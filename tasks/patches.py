@@ -35,6 +35,7 @@ from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, op
                                 write_region)
 from .io.storage.atomic import atomic_write_bytes
 from .io.storage.chunk_read import read_chunk
+from .io.training.store_check import PATCH_STATUS
 from .io.training.cuboids import (
     ChunkCache,
     cast,
@@ -49,8 +50,7 @@ from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 
-STATUS = {0: "kept", 1: "dropped: NaN coordinate", 2: "dropped: center outside the image",
-          3: "dropped: cuboid crosses the image edge (edge: drop)"}
+STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points.csv shows
 
 
 class Params(TaskParams):

@@ -23,7 +23,7 @@ from adversarial_world import build_world, changes, copy_world, set_json, snapsh
 from conftest import zarrmill_subprocess
 
 from zarrmill.io.ngff.conformance import check_store
-from zarrmill.runtime.commands import ledger_problems
+from zarrmill.runtime.check import check_output
 
 # task -> parameters besides output (paths relative to the world's cwd)
 TASKS: dict[str, list[str]] = {
@@ -84,7 +84,7 @@ def assert_nothing_passes_check(path: Path, existed: bool) -> None:
     """A run that failed must not leave a new store that check calls good."""
     if existed or not path.exists():
         return
-    problems = check_store(path)[0] + ledger_problems(path)
+    problems = check_output(path).problems
     assert problems, f"{path}: left behind and check passes"
 
 

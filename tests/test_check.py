@@ -45,7 +45,7 @@ def _image(tmp_path, cli):
 def test_check_ok_and_problems_one_per_line(cli, tmp_path):
     img = _image(tmp_path, cli)
     code, out, _ = cli("check", img)
-    assert code == 0 and "ok (1 OME-NGFF groups" in out
+    assert code == 0 and "ok (image, 1 OME-NGFF groups checked)" in out
     meta = json.loads((img / "zarr.json").read_text())
     meta["attributes"]["ome"]["multiscales"][0]["datasets"].append(
         {"path": "9", "coordinateTransformations": [{"type": "scale", "scale": [1, 4, 1, 1]}]})

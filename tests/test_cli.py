@@ -81,9 +81,9 @@ def test_task_help_is_plain_text_with_allowed_values_bounds_and_defaults(cli):
     code, out, _ = cli("tasks", "patch-extract")
     assert code == 0 and "``" not in out
     assert "mode: one of points, random, grid; default \"points\"" in out
-    assert "cuboid: list of whole number >= 1, 2 to 3 entries (or null)" in out
+    assert "cuboid: list of whole number >= 1 and <= 2147483647, 2 to 3 entries (or null)" in out
     code, out, _ = cli("tasks", "rechunk")
-    assert "unit_mb: number > 0; default 64" in out and "clevel (whole number >= 0 and <= 9)" in out
+    assert "unit_mb: number > 0 and <= 1048576.0; default 64" in out and "clevel (whole number >= 0 and <= 9)" in out
     code, out, _ = cli("schema")
     schema = json.loads(out)
     assert schema["$id"].startswith("urn:zarrmill:workflow-schema:")

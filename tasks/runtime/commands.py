@@ -194,30 +194,23 @@ def provenance_lines(prov: dict) -> list[str]:
 
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..io.ngff.conformance import check_store
+    from .check import check_output
 
     store = Path(args.store)
-    problems, checked = check_store(store)
-    problems += ledger_problems(store)
+    result = check_output(store)
     prov = read_provenance(store)
     if args.json:
-        print(json.dumps({"store": str(store), "ok": not problems, "groups_checked": checked,
-                          "problems": problems, "provenance": prov}, indent=2))
-        return 1 if problems else 0
+        print(json.dumps({"store": str(store), "kind": result.kind, "ok": not result.problems,
+                          "checked": result.checked, "groups_checked": result.checked,
+                          "problems": result.problems, "provenance": prov}, indent=2))
+        return 1 if result.problems else 0
     if prov:
         for line in provenance_lines(prov):
             print(line)
-    for line in problems:
+    for line in result.problems:
         print(line)
-    if problems:
-        print(f"{args.store}: {len(problems)} problems", file=sys.stderr)
+    if result.problems:
+        print(f"{args.store}: {result.kind}: {len(result.problems)} problems", file=sys.stderr)
         return 1
-    print(f"{args.store}: ok ({checked} OME-NGFF groups checked)")
+    print(f"{args.store}: ok ({result.summary})")
     return 0
-
-
-def ledger_problems(root: Path) -> list[str]:
-    """Steps whose run did not finish (killed, failed, or planned only)."""
-    return [f"{root}: zarrmill step '{name}' ({rec.task}) is unfinished: {done}/{rec.n_units} units "
-            f"done; rerun the workflow to complete it" for name, rec, done in list_steps(root)
-            if rec.state != "done"]

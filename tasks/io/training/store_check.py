@@ -1,0 +1,162 @@
+"""The contracts of the training outputs, for ``zarrmill check``: a patch store (what
+``patch-extract`` writes and ``PatchDataset`` reads) and a compressed set (what ``compress`` writes:
+``.b2nd`` files or a zarr store of OME-Zarr images, with ``zarrmill-compress.json``). Each function
+returns every problem found, one line each; an empty list means the output keeps its contract."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
+                "dropped: cuboid crosses the image edge (edge: drop)")
+TABLE_COLUMNS = ("point_id", "center", "origin", "size", "label", "status")
+COMPRESS_SUMMARY = "zarrmill-compress.json"
+
+
+def patch_store_meta(root: Path) -> dict[str, Any] | None:
+    """The ``zarrmill.patch_store`` attributes of a zarr group, or None."""
+    for name in ("zarr.json", ".zattrs"):
+        path = Path(root) / name
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text())
+            except (ValueError, UnicodeDecodeError):
+                return None
+            attrs = doc.get("attributes", {}) if name == "zarr.json" else doc
+            meta = attrs.get("zarrmill", {}).get("patch_store") if isinstance(attrs, dict) else None
+            return meta if isinstance(meta, dict) else None
+    return None
+
+
+def patch_store_problems(root: Path) -> list[str]:
+    root = Path(root)
+    meta = patch_store_meta(root) or {}
+    if not meta.get("complete"):
+        return [f"{root}: patch store is not complete (patch-extract did not finish); rerun it"]
+    try:
+        patches = zarr.open_array(str(root / "patches"), mode="r")
+        table = {k: zarr.open_array(str(root / "table" / k), mode="r")[...] for k in TABLE_COLUMNS}
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        return [f"{root}: patch store misses its patches array or table columns ({err})"]
+    out: list[str] = []
+    n = int(meta.get("n", -1))
+    size = [int(v) for v in meta.get("patch_size", [])]
+    if patches.shape[0] != n or list(patches.shape[2:]) != size:
+        out.append(f"{root}/patches: shape {list(patches.shape)} does not hold {n} patches of {size} "
+                   "as the store's attributes record")
+    out += [f"{root}/table/{k}: {len(v)} rows, not {n}" for k, v in table.items() if len(v) != n]
+    status = table["status"]
+    if status.size and (status.min() < 0 or status.max() >= len(PATCH_STATUS)):
+        out.append(f"{root}/table/status: values outside 0..{len(PATCH_STATUS) - 1}")
+    kept = int((status == 0).sum())
+    if kept != meta.get("kept") or n - kept != meta.get("dropped"):
+        out.append(f"{root}: attributes say {meta.get('kept')} kept and {meta.get('dropped')} dropped; the table "
+                   f"has {kept} kept and {n - kept} dropped")
+    out += _points_csv_problems(root / "points.csv", status, n)
+    if not out:
+        out += _dataset_problems(root, kept, [patches.shape[1]] + size)
+    return out
+
+
+def _points_csv_problems(path: Path, status: np.ndarray, n: int) -> list[str]:
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError:
+        return [f"{path}: missing; patch-extract writes one row per patch"]
+    if len(rows) != n:
+        return [f"{path}: {len(rows)} rows, but the store holds {n} patches"]
+    wrong = [i for i, (row, s) in enumerate(zip(rows, status))
+             if 0 <= s < len(PATCH_STATUS) and row.get("status") != PATCH_STATUS[s]]
+    return [f"{path}: row {wrong[0]} (and {len(wrong) - 1} more) says another status than table/status"] if wrong else []
+
+
+def _dataset_problems(root: Path, kept: int, item_shape: list[int]) -> list[str]:
+    from .patch_dataset import PatchDataset
+
+    try:
+        ds = PatchDataset(root, dtype=None)
+        if len(ds) != kept:
+            return [f"{root}: PatchDataset lists {len(ds)} patches, the table {kept} kept"]
+        for i in sorted({0, len(ds) - 1}) if len(ds) else []:
+            if list(ds[i].shape) != item_shape:
+                return [f"{root}: PatchDataset item {i} has shape {list(ds[i].shape)}, not {item_shape}"]
+    except (ValueError, OSError, KeyError) as err:
+        return [f"{root}: PatchDataset cannot read it ({err})"]
+    return []
+
+
+# -- compressed sets ---------------------------------------------------------------------------------
+def compress_summary(root: Path) -> dict[str, Any] | None:
+    path = Path(root) / COMPRESS_SUMMARY
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return {"damaged": True}
+    return doc if isinstance(doc, dict) else {"damaged": True}
+
+
+def compressed_format(summary: dict[str, Any]) -> str:
+    if summary.get("format") in ("b2nd", "zarr"):
+        return summary["format"]
+    outputs = [str(c.get("output", "")) for c in summary.get("cases", []) if isinstance(c, dict)]
+    return "b2nd" if outputs and all(o.endswith(".b2nd") for o in outputs) else "zarr"
+
+
+def compressed_set_problems(root: Path, summary: dict[str, Any]) -> list[str]:
+    """Every case listed is there, opens, has the recorded shape and dtype and (``.b2nd``) the
+    chunks and blocks its own metadata records; its first and last chunk decode."""
+    root = Path(root)
+    if summary.get("damaged"):
+        return [f"{root / COMPRESS_SUMMARY}: not valid JSON; the set is damaged"]
+    if summary.get("state") != "done":
+        return [f"{root}: compress did not finish ({COMPRESS_SUMMARY} says {summary.get('state')!r}); rerun it"]
+    cases = [c for c in summary.get("cases", []) if isinstance(c, dict)]
+    if not cases:
+        return [f"{root / COMPRESS_SUMMARY}: lists no cases"]
+    fmt = compressed_format(summary)
+    out: list[str] = []
+    for case in cases:
+        name = str(case.get("name", ""))
+        path = root / (f"{name}.b2nd" if fmt == "b2nd" else name)
+        if not name or "/" in name or name.startswith("."):
+            out.append(f"{root / COMPRESS_SUMMARY}: case name {name!r} is not a plain name")
+        elif not path.exists():
+            out.append(f"{path}: listed in {COMPRESS_SUMMARY} but missing")
+        else:
+            out += _case_problems(path, case, fmt)
+    if fmt == "b2nd":
+        listed = {f"{c.get('name')}.b2nd" for c in cases}
+        out += [f"{p}: a .b2nd file {COMPRESS_SUMMARY} does not list" for p in sorted(root.glob("*.b2nd"))
+                if p.name not in listed]
+    return out
+
+
+def _case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
+    from .b2store import PatchArray
+
+    try:
+        arr = PatchArray(path / "0" if fmt == "zarr" else path)
+        out = []
+        if list(arr.shape) != list(case.get("shape", [])) or str(arr.dtype) != str(case.get("dtype")):
+            out.append(f"{path}: {list(arr.shape)} {arr.dtype}, but {COMPRESS_SUMMARY} records "
+                       f"{case.get('shape')} {case.get('dtype')}")
+        meta = arr.meta
+        if fmt == "b2nd" and meta:
+            if list(arr.chunks) != list(meta.get("chunks", arr.chunks)):
+                out.append(f"{path}: chunks {list(arr.chunks)}, its metadata records {meta.get('chunks')}")
+            if meta.get("blocks") and arr.blocks and list(arr.blocks) != list(meta["blocks"]):
+                out.append(f"{path}: blocks {list(arr.blocks)}, its metadata records {meta.get('blocks')}")
+        first = tuple(slice(0, c) for c in arr.chunks)
+        last = tuple(slice(max(0, s - c), s) for s, c in zip(arr.shape, arr.chunks))
+        arr[first], arr[last]  # decodes: a damaged chunk raises here
+        return out
+    except Exception as err:  # noqa: BLE001 - any failure to open or decode is the finding itself
+        return [f"{path}: cannot be read ({type(err).__name__}: {err})"]
