@@ -12,7 +12,6 @@ on sampled chunks under ``policy`` and recorded in each output. Lossless: every 
 back and compared. One unit per case (b2nd) or per group of whole chunks (zarr)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -31,13 +30,17 @@ from .io.storage.arrays import (
     region_slices,
     write_region,
 )
-from .io.storage.atomic import atomic_write_json
+from .io.storage.atomic import atomic_write_bytes, atomic_write_json
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
-from .io.training.store_check import COMPRESS_SUMMARY
+from .io.storage.guard import META_DIR as SUMMARY_DIR
+from .io.training.nnunet import (NOTE, is_nnunet_folder, layout_note, open_array, patch_for, plans_patch_size,
+                                 read_cases)
+from .io.training.nnunet import Case as NnunetCase
+from .io.training.store_check import COMPRESS_SUMMARY, SUMMARY_ATTR, compress_summary
 from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
-from .io.readers.sources import Source, case_paths, describe, open_source, refuse_name_collisions
+from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 
@@ -49,7 +52,9 @@ class Params(TaskParams):
     input: str = Field(description=".npy/TIFF file, folder of cases, zarr array or OME-Zarr image")
     output: str = Field(description="folder of .b2nd files (format b2nd), or a .zarr store (format zarr)")
     format: Literal["b2nd", "zarr"] = "b2nd"
-    patch: list[PositiveInt] = Field(min_length=2, max_length=3, description="training patch size, spatial axes (e.g. [128,128,128] or [20,50,50])")
+    patch: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="training patch size, spatial "
+                                            "axes (e.g. [128,128,128] or [20,50,50]); an nnU-Net folder's default: "
+                                            "its plans file")
     layout: Literal["zarrmill", "nnunet", "blosc2"] = Field("zarrmill", description="chunk/block rule; nnunet and blosc2 are baselines")
     chunks: list[PositiveInt] | None = Field(None, description="override chunk shape (all axes)")
     blocks: list[PositiveInt] | None = Field(None, description="override block shape (all axes, b2nd)")
@@ -72,24 +77,46 @@ class Params(TaskParams):
         return v
 
 
+def _nnunet(p: Params) -> bool:
+    return is_nnunet_folder(Path(p.input))
+
+
 def _sources(p: Params) -> list[Source]:
+    if _nnunet(p):  # data and segmentation of each case, each an array of its own
+        cases, _ = read_cases(Path(p.input))
+        return [_nnunet_source(path, name, member) for c in cases for name, path, member in _arrays_of(c)]
     return refuse_name_collisions([open_source(path, p.level, p.axes) for path in case_paths(p.input)])
 
 
+def _arrays_of(case: NnunetCase) -> list[tuple[str, Path, str]]:
+    return [(case.identifier, case.data, "data"), (f"{case.identifier}_seg", case.seg or case.data, "seg")]
+
+
+def _nnunet_source(path: Path, name: str, member: str) -> Source:
+    shape, dtype, read = open_array(path, member)
+    return Source(name, path, shape, dtype, read, {}, default_axes(len(shape)))
+
+
+def patch_of(p: Params) -> list[int]:
+    return patch_for(p.input, p.patch)
+
+
 def layout_for(p: Params, src: Source) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    spatial = src.shape[-len(p.patch):]
-    if len(src.shape) < len(p.patch):
-        raise InputError(f"{src.path}: {len(src.shape)} axes, but the patch {p.patch} has {len(p.patch)}")
-    if any(pp > s for pp, s in zip(p.patch, spatial)):
-        raise InputError(f"{src.path}: patch {p.patch} is larger than the image {list(spatial)} on some "
+    patch = patch_of(p)
+    spatial = src.shape[-len(patch):]
+    if len(src.shape) < len(patch):
+        raise InputError(f"{src.path}: {len(src.shape)} axes, but the patch {patch} has {len(patch)}")
+    if any(pp > s for pp, s in zip(patch, spatial)) and not _nnunet(p):
+        raise InputError(f"{src.path}: patch {patch} is larger than the image {list(spatial)} on some "
                          f"axis; use a smaller patch or pad the image")
+    patch = [min(pp, s) for pp, s in zip(patch, spatial)]  # nnU-Net pads cases smaller than its patch
     itemsize = src.dtype.itemsize
     if p.layout == "nnunet":
-        chunks, blocks = nnunet_layout(src.shape, itemsize, p.patch)
+        chunks, blocks = nnunet_layout(src.shape, itemsize, patch)
     elif p.layout == "blosc2":
         chunks, blocks = None, None  # blosc2's own defaults
     else:
-        chunks, blocks = patch_layout(src.shape, itemsize, p.patch)
+        chunks, blocks = patch_layout(src.shape, itemsize, patch)
     for name, value in (("chunks", p.chunks), ("blocks", p.blocks)):
         if value is not None and len(value) != len(src.shape):
             raise ConfigError(f"{name} {value} needs {len(src.shape)} entries for {src.path}")
@@ -100,6 +127,15 @@ def layout_for(p: Params, src: Source) -> tuple[tuple[int, ...], tuple[int, ...]
 
         chunks, blocks = blosc2.compute_chunks_blocks(src.shape, dtype=src.dtype)
     return tuple(min(c, s) for c, s in zip(chunks, src.shape)), tuple(blocks) if blocks else None
+
+
+def codec_choices(p: Params, sources: list[Source]) -> dict[str, dict]:
+    """One codec per dtype (an nnU-Net folder's float32 data and int8 segmentation compress
+    differently), each chosen by trial on its own arrays."""
+    by_dtype: dict[str, list[Source]] = {}
+    for src in sources:
+        by_dtype.setdefault(str(src.dtype), []).append(src)
+    return {dtype: codec_choice(p, group) for dtype, group in by_dtype.items()}
 
 
 def codec_choice(p: Params, sources: list[Source]) -> dict:
@@ -130,8 +166,12 @@ def _zarr_array(p: Params, src: Source) -> Path:
 
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+    if _nnunet(p) and p.format != "b2nd":
+        raise ConfigError(f"{p.input}: an nnU-Net folder becomes an nnU-Net folder of .b2nd files; drop format=zarr")
     sources = _sources(p)
-    choice = codec_choice(p, sources)
+    patch = patch_of(p)
+    choices = codec_choices(p, sources)
+    choice = choices[str(sources[0].dtype)]
     out = Path(p.output)
     units: list[Unit] = []
     if p.format == "zarr":
@@ -140,7 +180,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         chunks, blocks = layout_for(p, src)
         base = {"case": i, "path": str(src.path), "out": str(_out_path(p, src, len(sources))), "name": src.name,
                 "chunks": list(chunks), "blocks": list(blocks) if blocks else None,
-                "codec": {k: choice[k] for k in ("codec", "clevel", "filter")}}
+                "codec": {k: choices[str(src.dtype)][k] for k in ("codec", "clevel", "filter")},
+                **({"member": "seg" if src.name.endswith("_seg") else "data"} if _nnunet(p) else {})}
         if p.format == "b2nd":
             units.append({"id": src.name, **base})
             continue
@@ -149,10 +190,22 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         ensure_array(out / src.name, "0", spec, ctx)
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
-    atomic_write_json(out / SUMMARY,
-                      {"state": "running", "format": p.format, "patch": p.patch, "layout": p.layout,
-                       "codec": choice, "cases": [describe(s) for s in sources]})
+    _write_summary(p, ctx, {"state": "running", "format": p.format, "patch": patch, "layout": p.layout,
+                            "codec": choice, "codecs": choices, "nnunet": _nnunet(p),
+                            "cases": [describe(s) for s in sources]})
     return units
+
+
+def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:
+    """A .b2nd set: ``zarrmill/compress.json`` (nnU-Net takes every top-level file for a case); a
+    zarr set: the root group's ``zarrmill.compress_set`` attributes (no stray file in a zarr store)."""
+    out = Path(p.output)
+    if p.format == "b2nd":
+        ctx.guard.make_dirs(out / SUMMARY_DIR)
+        atomic_write_json(out / SUMMARY, summary)
+        return
+    group = zarr.open_group(str(out), mode="a")
+    group.attrs["zarrmill"] = {**group.attrs.get("zarrmill", {}), SUMMARY_ATTR: summary}
 
 
 def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) -> ArraySpec:
@@ -165,11 +218,14 @@ def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) ->
 
 
 def run_unit(p: Params, unit: Unit) -> int:
-    src = open_source(unit["path"], p.level, p.axes)  # only this unit's case
+    if "member" in unit:  # an nnU-Net array
+        src = _nnunet_source(Path(unit["path"]), unit["name"], unit["member"])
+    else:
+        src = open_source(unit["path"], p.level, p.axes)  # only this unit's case
     c = unit["codec"]
     if p.format == "b2nd":
         params = cparams(c["codec"], c["clevel"], c["filter"], src.dtype.itemsize)
-        meta = {"source": str(src.path), "patch": p.patch, "layout": p.layout, **c,
+        meta = {"source": str(src.path), "patch": patch_of(p), "layout": p.layout, **c,
                 "chunks": unit["chunks"], "blocks": unit["blocks"]}
         blocks = unit["blocks"] or None
         if blocks is None:
@@ -187,9 +243,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
-    out = Path(p.output)
-    summary_path = out / SUMMARY
-    summary = json.loads(summary_path.read_text())
+    summary = dict(compress_summary(Path(p.output)) or {})
     sources = _sources(p)
     cases = []
     for src in sources:
@@ -207,8 +261,28 @@ def finish(p: Params, ctx: PlanContext) -> None:
                 carry_subtrees(src.path, Path(p.output) / src.name, 3, ctx.guard)
             zarr.open_group(str(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
-                "patch": p.patch, "layout": p.layout}
-    atomic_write_json(summary_path, summary)
+                "patch": patch_of(p), "layout": p.layout}
+    if _nnunet(p):
+        _finish_nnunet(p, ctx, summary, sources)
+    _write_summary(p, ctx, summary)
+
+
+def _finish_nnunet(p: Params, ctx: PlanContext, summary: dict, sources: list[Source]) -> None:
+    """The properties (.pkl) and every other file nnU-Net keeps in the folder, carried byte for
+    byte; the note on the layout chosen in ``zarrmill/layout.md``."""
+    out = Path(p.output)
+    _, others = read_cases(Path(p.input))
+    for path in [c.properties for c in read_cases(Path(p.input))[0]] + others:
+        target = ctx.guard.will_create(ctx.guard.contain(out / path.name, what="nnU-Net file name"))
+        atomic_write_bytes(target, path.read_bytes())
+    found = plans_patch_size(Path(p.input))
+    choices: dict = {"patch": patch_of(p), "patch_from": "patch parameter" if p.patch else f"plans file {found[1]}"}
+    for kind, src in (("data", sources[0]), ("seg", sources[1])):
+        chunks, blocks = layout_for(p, src)
+        choice = summary["codecs"][str(src.dtype)]
+        choices[kind] = {"dtype": str(src.dtype), "chunks": list(chunks), "blocks": list(blocks or []), **{
+            k: choice[k] for k in ("codec", "clevel", "filter", "chosen_by")}}
+    atomic_write_bytes(out / SUMMARY_DIR / NOTE, layout_note(choices).encode())
 
 
 def describe_unit(unit: Unit) -> str:

@@ -25,6 +25,7 @@ from .io.training.codec_trial import Policy
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
 from .io.readers.sources import case_paths, open_source, refuse_name_collisions
+from .io.training.nnunet import is_nnunet_folder, open_array, patch_for, read_cases
 from .runtime.contract import MAX_COUNT, MAX_INDEX, PlanContext, PositiveInt, TaskParams, Unit
 
 CODECS = [("lz4", 5), ("lz4hc", 5), ("zstd", 1)]
@@ -35,7 +36,8 @@ LAYOUTS = ["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet
 class Params(TaskParams):
     input: str = Field(description="a sample of your data: file(s) as compress takes them")
     output: str = Field(description="folder for tune.csv, tune.png, recommended.yaml and sample files")
-    patch: list[PositiveInt] = Field(min_length=2, max_length=3, description="training patch size (spatial axes)")
+    patch: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="training patch size "
+                                            "(spatial axes); an nnU-Net folder's default: its plans file")
     seconds: float = Field(60.0, gt=0, le=604_800, description="time budget for all read measurements")
     processes: int = Field(1, ge=1, le=64, description="reader processes (training workers), one thread each")
     policy: Policy = Field("balanced", description="how to pick the recommendation: ratio, speed, balanced")
@@ -49,13 +51,30 @@ def _candidates(p: Params) -> list[dict]:
     return [{"layout": lay, "codec": c, "clevel": lv, "filter": f} for lay in p.layouts for c, lv in CODECS for f in FILTERS]
 
 
+def _patch(p: Params) -> list[int]:
+    return patch_for(p.input, p.patch)
+
+
+def _nnunet_data(p: Params) -> list[Path]:
+    """The data files of the first cases of an nnU-Net folder ([] for any other input)."""
+    if not is_nnunet_folder(Path(p.input)):
+        return []
+    return [c.data for c in read_cases(Path(p.input))[0][:p.sample_cases]]
+
+
 def _samples(p: Params):
     out = []
-    for src in refuse_name_collisions([open_source(path) for path in case_paths(p.input)[:p.sample_cases]]):
-        n = len(p.patch)
-        crop = tuple(slice(None) for _ in src.shape[:-n]) + tuple(
-            slice(0, min(s, c * p.crop)) for s, c in zip(src.shape[-n:], p.patch))
-        out.append((src.name, np.ascontiguousarray(src.read(crop))))
+    patch = _patch(p)
+    if _nnunet_data(p):
+        sources = [(path.stem, *open_array(path, "data")) for path in _nnunet_data(p)]
+    else:
+        sources = [(s.name, s.shape, s.dtype, s.read) for s in
+                   refuse_name_collisions([open_source(path) for path in case_paths(p.input)[:p.sample_cases]])]
+    for name, shape, _, read in sources:
+        n = len(patch)
+        crop = tuple(slice(None) for _ in shape[:-n]) + tuple(
+            slice(0, min(s, c * p.crop)) for s, c in zip(shape[-n:], patch))
+        out.append((name, np.ascontiguousarray(read(crop))))
     return out
 
 
@@ -78,21 +97,58 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     if (out / "samples").exists():  # an earlier run's, in an output zarrmill created
         (ctx.guard or OutputGuard(out)).remove(out / "samples")
     (out / "samples" / "source").mkdir(parents=True)
+    patch = _patch(p)
     for name, data in samples:
         np.save(out / "samples" / "source" / f"{name}.npy", data)
-        if any(pp > s for pp, s in zip(p.patch, data.shape[-len(p.patch):])):
+        if any(pp > s for pp, s in zip(patch, data.shape[-len(patch):])) and not _nnunet_data(p):
             from .errors import InputError
 
-            raise InputError(f"{name}: patch {p.patch} is larger than the image {list(data.shape)}")
+            raise InputError(f"{name}: patch {patch} is larger than the image {list(data.shape)}")
     cands = _candidates(p)
-    per = p.seconds / (len(cands) + 1)
+    own = [path for path in _nnunet_data(p) if path.suffix == ".b2nd"]
+    per = p.seconds / (len(cands) + 1 + bool(own))
     units = [{"id": "npy", "stage": 0, "kind": "npy", "seconds": per}]
+    if own:  # nnU-Net's own files as it wrote them: the baseline row
+        units.append({"id": "nnunet-own-files", "stage": len(cands) + 1, "kind": "own", "seconds": per,
+                      "paths": [str(path) for path in own]})
     units += [{"id": f"{c['layout']}-{c['codec']}{c['clevel']}-{c['filter']}", "stage": i + 1, "kind": "b2nd",
                "seconds": per, **c} for i, c in enumerate(cands)]
     return units
 
 
+def _reader(p: Params) -> str:
+    """nnU-Net's own reading path for nnU-Net folders, zarrmill's otherwise."""
+    return "nnunet" if _nnunet_data(p) else "zarrmill"
+
+
+def _own_row(p: Params, unit: Unit) -> int:
+    """Patches/s and ratio of nnU-Net's own .b2nd files, whole, as they were written."""
+    import blosc2
+
+    paths = [Path(path) for path in unit["paths"]]
+    raw = comp = 0
+    for path in paths:
+        arr = blosc2.open(str(path), mode="r")
+        raw += int(np.prod(arr.shape)) * arr.dtype.itemsize
+        comp += path.stat().st_size
+        cp = arr.schunk.cparams
+        codec = getattr(cp, "codec", None) or cp["codec"]
+        clevel = getattr(cp, "clevel", None) if not isinstance(cp, dict) else cp["clevel"]
+        filters = getattr(cp, "filters", None) if not isinstance(cp, dict) else cp["filters"]
+        chunks, blocks = list(arr.chunks), list(arr.blocks)
+    rate, mbs = patch_throughput(paths, _patch(p), unit["seconds"], p.processes, reader="nnunet")
+    names = [getattr(f, "name", str(f)).lower() for f in filters if getattr(f, "name", str(f)) != "NOFILTER"]
+    row = {"id": unit["id"], "layout": "nnU-Net's own files", "codec": getattr(codec, "name", str(codec)).lower(),
+           "clevel": clevel, "filter": names[-1] if names else "nofilter", "chunks": chunks, "blocks": blocks,
+           "ratio": round(raw / comp, 3), "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1),
+           "reader": "nnunet"}
+    (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
+    return raw
+
+
 def run_unit(p: Params, unit: Unit) -> int:
+    if unit["kind"] == "own":
+        return _own_row(p, unit)
     out = Path(p.output) / "samples" / unit["id"]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -105,17 +161,18 @@ def run_unit(p: Params, unit: Unit) -> int:
             size = path.stat().st_size
         else:
             path = out / f"{name}.b2nd"
-            chunks, blocks = _layout(unit["layout"], data.shape, data.itemsize, p.patch)
+            chunks, blocks = _layout(unit["layout"], data.shape, data.itemsize,
+                                     [min(a, s) for a, s in zip(_patch(p), data.shape[-len(_patch(p)):])])
             size = write_b2nd(path, data.shape, data.dtype, lambda sl, d=data: d[sl], chunks, blocks,
                               cparams(unit["codec"], unit["clevel"], unit["filter"], data.itemsize))
             unit = {**unit, "chunks": list(chunks), "blocks": list(blocks)}
         paths.append(path)
         raw += data.nbytes
         comp += size
-    rate, mbs = patch_throughput(paths, p.patch, unit["seconds"], p.processes)
+    rate, mbs = patch_throughput(paths, _patch(p), unit["seconds"], p.processes, reader=_reader(p))
     row = {k: unit.get(k, "") for k in ("id", "layout", "codec", "clevel", "filter")}
     row.update({"chunks": unit.get("chunks", ""), "blocks": unit.get("blocks", ""), "ratio": round(raw / comp, 3),
-                "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1)})
+                "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1), "reader": _reader(p)})
     (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
     shutil.rmtree(out, ignore_errors=True)
     return raw
@@ -126,16 +183,18 @@ def finish(p: Params, ctx: PlanContext) -> None:
     rows = [yaml.safe_load(f.read_text()) for f in sorted((out / "samples").glob("*.yaml"))]
     shutil.rmtree(out / "samples" / "source", ignore_errors=True)
     npy = next(r for r in rows if r["id"] == "npy")
+    own = next((r for r in rows if r["id"] == "nnunet-own-files"), None)
     rows = sorted((r for r in rows if r["id"] != "npy"), key=lambda r: -r["patches_per_s"])
     for r in rows:
         r["vs_npy"] = round(r["patches_per_s"] / max(npy["patches_per_s"], 1e-9), 3)
-    front = pareto(rows)
+        r["vs_nnunet_files"] = round(r["patches_per_s"] / max(own["patches_per_s"], 1e-9), 3) if own else ""
+    front = pareto([r for r in rows if r is not own])
     with open(out / "tune.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["pareto"])
         writer.writeheader()
         writer.writerows({**r, "pareto": r["id"] in front} for r in rows)
     best = _recommend(rows, front, p.policy)
-    rec = {"patch": p.patch, "layout": "zarrmill", "codec": best["codec"], "clevel": best["clevel"],
+    rec = {"patch": _patch(p), "layout": "zarrmill", "codec": best["codec"], "clevel": best["clevel"],
            "filter": best["filter"]}
     if best["layout"] not in ("zarrmill",):
         rec.update({"layout": best["layout"] if best["layout"] in ("nnunet", "blosc2") else "zarrmill"})

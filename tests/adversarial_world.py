@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from conftest import forget_ownership
 
 IMAGE_SHAPE = (2, 8, 32, 32)
 
@@ -33,7 +34,7 @@ def build_world(world: Path) -> Path:
          "channels=1", "z_planes=2")
     _run("ingest", f"input={inputs / 'raw'}", f"output={inputs / 'plate.zarr'}")
     for store in ("img.zarr", "raw", "plate.zarr"):  # the user's data: not zarrmill's to touch
-        shutil.rmtree(inputs / store / ".zarrmill")
+        forget_ownership(inputs / store)
         (inputs / store / "zarrmill-provenance.json").unlink(missing_ok=True)
     np.save(inputs / "case.npy", np.random.default_rng(2).integers(0, 1000, (1, 16, 32, 32), dtype=np.uint16))
     (inputs / "points.csv").write_text("z,y,x\n4,16,16\n2,8,8\n")

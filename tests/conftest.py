@@ -11,9 +11,21 @@ from pathlib import Path
 
 import pytest
 
+from zarrmill.io.storage.guard import bookkeeping_dir, is_bookkeeping_name
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"  # every file a test reads lives in the repository
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def bookkeeping(store: Path) -> Path:
+    """Where zarrmill keeps a store's owner marker, locks and ledger: beside it."""
+    return bookkeeping_dir(store)
+
+
+def forget_ownership(store: Path) -> None:
+    """Make a zarrmill output look like another tool's: its bookkeeping beside it is gone."""
+    shutil.rmtree(bookkeeping(store))
 
 
 def tree_digest(root: Path, skip_ledger: bool = True) -> dict[str, str]:
@@ -22,7 +34,8 @@ def tree_digest(root: Path, skip_ledger: bool = True) -> dict[str, str]:
     out = {}
     for path in sorted(Path(root).rglob("*")):
         rel = path.relative_to(root)
-        if not path.is_file() or (skip_ledger and ".zarrmill" in rel.parts) or path.name == "zarrmill-provenance.json":
+        if not path.is_file() or (skip_ledger and any(is_bookkeeping_name(p) for p in rel.parts)) \
+                or path.name == "zarrmill-provenance.json":
             continue
         data = path.read_bytes()
         if path.name in ("zarr.json", ".zattrs"):

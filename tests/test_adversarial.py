@@ -20,7 +20,7 @@ import pytest
 import tifffile
 import zarr
 from adversarial_world import build_world, changes, copy_world, set_json, snapshot
-from conftest import zarrmill_subprocess
+from conftest import bookkeeping, forget_ownership, zarrmill_subprocess
 
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.check import check_output
@@ -121,8 +121,11 @@ def test_deletion_refuses_the_current_folder_and_home_even_when_owned(world):
     from zarrmill.io.storage.guard import OutputGuard
 
     for folder in (world / "cwd", world / "home", world):
-        (folder / ".zarrmill").mkdir(exist_ok=True)
-        (folder / ".zarrmill" / "owner.json").write_text('{"tool": "zarrmill"}')  # a planted marker
+        marker = bookkeeping(folder)
+        marker.mkdir(exist_ok=True)
+        st = folder.stat()  # a planted marker that names this very folder
+        marker.joinpath("owner.json").write_text(json.dumps({"tool": "zarrmill", "id": "x",
+                                                             "folder": [st.st_dev, st.st_ino]}))
         before = snapshot(world)
         with pytest.raises(UnsafeOutputError):
             OutputGuard(folder).clear()
@@ -215,7 +218,8 @@ def test_output_through_a_link_writes_only_the_new_folder_it_names(cli, world):
     code, _, err = run_task(cli, "rechunk", "link_out/new.zarr")
     assert code == 0, err
     changed = changes(before, snapshot(world))
-    assert changed and all(c.startswith("precious/new.zarr") for c in changed), changed
+    # the store, and its bookkeeping beside it
+    assert changed and all(c.startswith(("precious/new.zarr", "precious/.new.zarr.zarrmill")) for c in changed), changed
 
 
 # -- failed plans, changed inputs -----------------------------------------------------------------
@@ -292,7 +296,7 @@ def test_a_changed_input_chunk_reaches_a_downstream_step(cli, world, tmp_path):
 def test_reshard_never_replaces_a_well_plate_another_tool_wrote(cli, world):
     plate = world / "in" / "plate.zarr"
     assert cli("task", "reshard", "--executor", "sync", "--set", f"input={plate}", "--set", "min_size=8")[0] == 0
-    shutil.rmtree(world / "in" / "plate-wells.zarr" / ".zarrmill")  # as if another tool had written it
+    forget_ownership(world / "in" / "plate-wells.zarr")  # as if another tool had written it
     before = snapshot(world)
     code, _, err = cli("task", "reshard", "--executor", "sync", "--set", f"input={plate}", "--set", "min_size=8",
                        "--overwrite")
@@ -305,7 +309,7 @@ def test_a_downstream_step_gets_no_rights_on_a_foreign_store_when_upstream_chang
     the second is redone too, but the image's existing levels (not zarrmill's) are never replaced."""
     img = world / "in" / "img.zarr"
     assert cli("task", "pyramid", "--executor", "sync", "--set", f"input={img}", "--set", "min_size=8")[0] == 0
-    shutil.rmtree(img / ".zarrmill")  # its levels now look like another tool's
+    forget_ownership(img)  # its levels now look like another tool's
     wf = tmp_path / "wf.yaml"
     steps = {"gen": {"task": "generate", "params": {"output": "g.zarr", "shape": [1, 4, 16, 16], "axes": "czyx",
                                                      "chunks": [1, 4, 16, 16], "seed": 0}},
@@ -323,7 +327,7 @@ def test_two_runs_on_one_output_at_once_one_is_refused(world):
            "--set", "chunks=[1,8,32,32]", "--set", "unit_mb=0.02"]
     first = subprocess.Popen([sys.executable, "-m", "zarrmill", "task", "generate", "--executor", "sync", *big],
                              cwd=world / "cwd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lock = world / "cwd" / "big.zarr" / ".zarrmill" / "lock"
+    lock = bookkeeping(world / "cwd" / "big.zarr") / "lock"
     deadline = time.monotonic() + 30
     while not lock.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -338,7 +342,7 @@ def test_a_killed_run_leaves_a_store_check_refuses_and_a_rerun_finishes(world):
            "--set", "chunks=[1,8,32,32]", "--set", "unit_mb=0.02"]
     proc = subprocess.Popen([sys.executable, "-m", "zarrmill", "task", "generate", "--executor", "sync", *big],
                             cwd=world / "cwd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done_log = world / "cwd" / "big.zarr" / ".zarrmill" / "steps" / "generate" / "done.log"
+    done_log = bookkeeping(world / "cwd" / "big.zarr") / "steps" / "generate" / "done.log"
     deadline = time.monotonic() + 30
     while not (done_log.exists() and done_log.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -365,7 +369,7 @@ def test_check_refuses_what_is_not_a_finished_ome_zarr(cli, world, store):
         if store == "no-version":
             set_json(path / "zarr.json", lambda d: d["attributes"]["ome"].pop("version"))
         elif store == "unfinished":
-            step = path / ".zarrmill" / "steps" / "generate" / "step.json"
+            step = bookkeeping(path) / "steps" / "generate" / "step.json"
             set_json(step, lambda d: d.__setitem__("state", "running"))
         else:
             (path / "zarr.json").write_bytes(b'{"zarr_format": 3, "node_type": "gr')
@@ -389,7 +393,7 @@ def test_step_names_that_would_name_folders_badly_are_refused(cli, world, tmp_pa
 def test_a_claim_killed_before_its_owner_marker_was_renamed_into_place_is_resumed(cli, world):
     """SIGKILL between writing owner.json's temp file and renaming it: the folder holds only
     zarrmill's bookkeeping, so the rerun claims it instead of calling it someone else's."""
-    marker = world / "cwd" / "k.zarr" / ".zarrmill"
+    marker = bookkeeping(world / "cwd" / "k.zarr")
     marker.mkdir(parents=True)
     (marker / "owner.json.0123abcd.partial").write_text('{"tool": "zarr')
     (marker / "lock").write_text("")  # the lock file was created, its holder killed before writing it

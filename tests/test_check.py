@@ -4,7 +4,7 @@ import json
 
 import pytest
 import zarr
-from conftest import DATA
+from conftest import DATA, bookkeeping
 from helpers import generate_step, write_workflow
 
 from zarrmill.io.ngff.conformance import SCHEMA_DIR, check_store, validator
@@ -74,7 +74,7 @@ def test_check_catches_dtype_shape_and_shard_problems(tmp_path):
 
 def test_check_reports_unfinished_step(cli, tmp_path):
     img = _image(tmp_path, cli)
-    step = img / ".zarrmill" / "steps" / "gen" / "step.json"
+    step = bookkeeping(img) / "steps" / "gen" / "step.json"
     step.write_text(step.read_text().replace('"done"', '"running"'))
     code, out, _ = cli("check", img)
     assert code == 1 and "step 'gen' (generate) is unfinished" in out

@@ -61,7 +61,7 @@ def test_folder_of_cases_and_recorded_codec(cli, tmp_path):
     code, _, err = compress(cli, f"input={tmp_path / 'cases'}", f"output={tmp_path / 'out'}", "patch=[8,16,16]",
                             "policy=ratio")
     assert code == 0, err
-    summary = json.loads((tmp_path / "out" / "zarrmill-compress.json").read_text())
+    summary = json.loads((tmp_path / "out" / "zarrmill" / "compress.json").read_text())
     assert summary["state"] == "done" and len(summary["cases"]) == 3
     assert summary["codec"]["chosen_by"] == "trial (ratio)"
     best = max(summary["codec"]["trial"], key=lambda t: (round(t["ratio"], 3), t["decompress_gbs"]))

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import tree_digest, zarrmill_subprocess
+from conftest import bookkeeping, tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 
 
 def done_count(root: Path, step: str) -> int:
-    log = root / ".zarrmill" / "steps" / step / "done.log"
+    log = bookkeeping(root) / "steps" / step / "done.log"
     return log.read_bytes().count(b"\n") if log.exists() else 0
 
 
@@ -53,7 +53,7 @@ def test_resuming_an_interrupted_step_removes_temp_files_a_kill_left(cli, tmp_pa
     wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "out" / "img.zarr")})
     assert cli("run", wf)[0] == 0
     clean = tree_digest(tmp_path / "out")
-    step = tmp_path / "out" / "img.zarr" / ".zarrmill" / "steps" / "gen"
+    step = bookkeeping(tmp_path / "out" / "img.zarr") / "steps" / "gen"
     rec = json.loads((step / "step.json").read_text())
     rec["state"] = "running"  # as a kill leaves it
     (step / "step.json").write_text(json.dumps(rec))
@@ -164,7 +164,7 @@ def test_a_failing_unit_is_one_line_on_every_executor_with_the_traceback_in_the_
     line = errors[0]
     assert "step 'copy' (rechunk): 1 of" in line and "unit 0:" in line and "RuntimeError" in line, line
     log = Path(line.split("full log: ")[1])
-    assert log == dst / ".zarrmill" / "steps" / "copy" / "errors.log"
+    assert log == bookkeeping(dst) / "steps" / "copy" / "errors.log"
     assert "Traceback" in log.read_text() and "decompression" in log.read_text()
 
 

@@ -3,12 +3,12 @@ image left as it was, bad masks refused in one line with nothing written."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 import zarr
 from adversarial_world import changes, snapshot
+from conftest import forget_ownership
 from helpers import run_task as run
 from ngff_official import validate_store
 
@@ -95,7 +95,7 @@ def test_bad_masks_are_one_line_and_write_nothing(cli, tmp_path, kind, words):
     extra = []
     if kind == "foreign-name":  # another tool's label image of that name
         assert run(cli, "labels", f"input={tmp_path / 'm.npy'}", f"image={image}")[0] == 0
-        shutil.rmtree(image / ".zarrmill")
+        forget_ownership(image)
         (image / "labels" / "cells" / "0").rename(image / "labels" / "cells" / "theirs")
         extra = ["--overwrite"]
     before = snapshot(tmp_path)

@@ -30,7 +30,7 @@ def _leave_stale_lock(path: Path) -> None:
 
 def _locks(tmp_path: Path) -> Path:
     """Locks live in zarrmill's bookkeeping folders (an output's .zarrmill, a state folder)."""
-    folder = tmp_path / ".zarrmill"
+    folder = tmp_path / ".out.zarr.zarrmill"
     folder.mkdir(exist_ok=True)
     return folder
 
@@ -128,7 +128,7 @@ def test_history_records_are_whole_files_and_latest_wins(tmp_path):
 
 
 def test_bookkeeping_removal_refuses_what_is_not_zarrmills(tmp_path, monkeypatch):
-    """Ledger records, locks and run folders go through the output guard: outside a .zarrmill
+    """Ledger records, locks and run folders go through the output guard: outside a store's bookkeeping folder
     folder or a marked folder nothing is removed."""
     from zarrmill.errors import UnsafeOutputError
     from zarrmill.io.storage.guard import remove_bookkeeping

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, forget_ownership
 
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.history import History
@@ -24,7 +24,7 @@ def acquire(cli, folder: Path, seed: int, wells=("B03",)):
                        "--set", "channels=1", "--set", f"seed={seed}")
     assert code == 0, err
     # generate-plate keeps its ledger in the folder; an instrument would not
-    subprocess.run(["rm", "-rf", str(folder / ".zarrmill")], check=True)
+    forget_ownership(folder)
 
 
 def sets(tmp_path: Path, quiet: int = 0) -> list[str]:

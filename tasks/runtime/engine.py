@@ -38,7 +38,7 @@ class StepOptions:
     max_in_flight: int | None = None
     quiet: bool = False
     # called after finish(), before the step is marked done: (step, task name, params)
-    provenance: Callable[[str, str, TaskParams], None] | None = None
+    provenance: Callable[[str, str, TaskParams, str | None], None] | None = None
     error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
     # why the cluster lost workers (SLURM: out of memory, walltime), asked when units failed with them
     explain_lost_workers: Callable[[], str] | None = None
@@ -139,6 +139,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     guard.make_dirs(ledger.dir)
     if resume:
         _remove_partial_files(root)
+        _remove_partial_files(guard.bookkeeping)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     units = task.plan(params, ctx)  # a failure here is rolled back by run_step
     _check_unique_ids(task.name, units)
@@ -183,7 +184,8 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     if task.finish is not None:
         task.finish(params, ctx)
     if opts.provenance is not None:
-        opts.provenance(step, task.name, params)  # before "done": a kill in between redoes it
+        opts.provenance(step, task.name, params, guard.owner_id())  # before "done": a kill in between redoes it
+        guard.seal()  # the store now names its owner marker itself
     rec.state = "done"
     ledger.write_record(rec)
     report.seconds = time.monotonic() - t0

@@ -1,6 +1,7 @@
 """The ledger: which units of a step are done, stored with the output.
 
-Layout: ``<root>/.zarrmill/steps/<step>/step.json`` (task, parameters and their hash, unit count,
+Layout: ``<parent>/.<store>.zarrmill/steps/<step>/step.json`` (beside the store, see the output
+guard's ``bookkeeping_dir``) (task, parameters and their hash, unit count,
 state) and ``done.log`` (one unit id per line, appended by the driver after a unit's writes
 finished). A crash can lose the last few lines; those units are simply redone (units are idempotent).
 A torn last line is ignored.
@@ -17,9 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..io.storage.atomic import atomic_write_json, canonical_json, read_json
-from ..io.storage.guard import remove_bookkeeping
+from ..io.storage.guard import bookkeeping_dir, remove_bookkeeping
 
-LEDGER_DIR = ".zarrmill"
 FLUSH_EVERY_S = 1.0
 
 
@@ -50,7 +50,7 @@ class Ledger:
     def __init__(self, root: Path, step: str):
         self.root = Path(root)
         self.step = step
-        self.dir = self.root / LEDGER_DIR / "steps" / safe_step_name(step)
+        self.dir = bookkeeping_dir(self.root) / "steps" / safe_step_name(step)
         self._log = None
         self._last_flush = 0.0
 
@@ -126,7 +126,7 @@ def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
-    base = Path(root) / LEDGER_DIR / "steps"
+    base = bookkeeping_dir(root) / "steps"
     out = []
     if base.is_dir():
         for d in sorted(p for p in base.iterdir() if p.is_dir()):

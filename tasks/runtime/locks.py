@@ -8,7 +8,7 @@ be taken over. Taking over is serialised by a second exclusive file, ``<lock>.ta
 holder may judge the lock stale again, remove it and create its own, so two takers can never both
 win, and a fresh lock created meanwhile by a plain acquirer is never removed (it is not stale). A
 taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more.
-Locks live in zarrmill's bookkeeping folders (an output's ``.zarrmill``, a state folder) and are
+Locks live in zarrmill's bookkeeping folders (a store's ``.<name>.zarrmill`` beside it, a state folder) and are
 removed only through the output guard's ``remove_bookkeeping``."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Provenance in every output store, under one namespaced key (``zarrmill.provenance`` in the root
-attributes of a zarr store; ``zarrmill-provenance.json`` beside other outputs): zarrmill version,
+attributes of a zarr store; a side file in other outputs, see ``provenance_side_file``): zarrmill version,
 workflow name, file and hash, host, and per step the task, its parameters, its inputs with sizes
 and mtimes, start and end time. ``zarrmill check`` prints it. Each step adds its own entry, so a
 plate written by ingest, pyramid and reshard lists all three."""
@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import __version__
 from ..io.storage.atomic import atomic_write_json
+from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
 
-SIDE_FILE = "zarrmill-provenance.json"
 
 
 def input_record(path: Path) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def input_record(path: Path) -> dict[str, Any]:
     if path.is_file():
         st = path.stat()
         return {"path": str(path.resolve()), "bytes": st.st_size, "mtime": st.st_mtime}
-    files = [f for f in path.rglob("*") if f.is_file() and ".zarrmill" not in f.parts]
+    files = [f for f in path.rglob("*") if f.is_file() and not any(is_bookkeeping_name(p) for p in f.parts)]
     return {"path": str(path.resolve()), "files": len(files), "bytes": sum(f.stat().st_size for f in files),
             "mtime": max((f.stat().st_mtime for f in files), default=0.0)}
 
@@ -34,10 +34,12 @@ def _is_zarr_group(root: Path) -> bool:
     return (root / ".zgroup").exists()
 
 
-def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any]) -> None:
-    """Add or replace one step's entry in ``root``'s provenance."""
+def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owner: str | None = None) -> None:
+    """Add or replace one step's entry in ``root``'s provenance. ``owner``: the id of the owner
+    marker beside a store zarrmill created (the output guard checks the store names it)."""
     root = Path(root)
-    entry = {"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow}
+    entry = {"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow,
+             **({"owner": owner} if owner else {})}
     if _is_zarr_group(root):
         import zarr
 
@@ -48,7 +50,7 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any]) -> N
         ours["provenance"] = prov
         group.attrs["zarrmill"] = ours
         return
-    target = root / SIDE_FILE if root.is_dir() else root.with_name(root.name + ".provenance.json")
+    target = provenance_side_file(root) if root.is_dir() else root.with_name(root.name + ".provenance.json")
     prov = json.loads(target.read_text()) if target.exists() else {}
     prov.update(entry)
     prov["steps"] = {**prov.get("steps", {}), step["step"]: step}
@@ -69,7 +71,7 @@ def _read_provenance(root: Path) -> dict[str, Any] | None:
             attrs = doc.get("attributes", doc) if meta.name == "zarr.json" else doc
             if "provenance" in attrs.get("zarrmill", {}):
                 return attrs["zarrmill"]["provenance"]
-    side = root / SIDE_FILE
+    side = provenance_side_file(root)
     return json.loads(side.read_text()) if side.exists() else None
 
 

@@ -82,9 +82,9 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
     for step in (s for s in wf.steps if not only or s.name in only):
         started = time.time()
 
-        def provenance(name: str, task: str, params, started: float = started) -> None:
+        def provenance(name: str, task: str, params, owner: str | None, started: float = started) -> None:
             record_step(params.ledger_root(), wf_info, step_entry(
-                name, task, params.model_dump(mode="json"), params.input_paths(), started))
+                name, task, params.model_dump(mode="json"), params.input_paths(), started), owner)
 
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
                            upstream_changed=any(n in changed for n in step.needs),

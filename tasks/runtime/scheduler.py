@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import StepFailedError, ZarrmillError
+from ..io.storage.guard import is_bookkeeping_name
 from .datasets import Dataset, discover, fingerprint, readiness
 from .executors import Executor
 from .history import History
@@ -141,4 +142,4 @@ def _size(path: Path) -> int:
     path = Path(path)
     if path.is_file():
         return path.stat().st_size
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and ".zarrmill" not in f.parts) if path.exists() else 0
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not any(is_bookkeeping_name(p) for p in f.parts)) if path.exists() else 0

@@ -41,8 +41,8 @@ class ExecutorSpec(Strict):
         "local", description="local: LocalCluster (processes); threads: one process, many threads; "
         "sync: inline on the driver (debugging); slurm: dask-jobqueue SLURMCluster; "
         "address: an existing scheduler")
-    workers: int | None = Field(None, ge=1, le=4096, description="local: worker processes (default: cores)")
-    threads_per_worker: int = Field(1, ge=1, le=1024)
+    workers: int | None = Field(None, ge=1, le=1_000_000, description="local: worker processes (default: cores)")
+    threads_per_worker: int = Field(1, ge=1, le=1_000_000)  # the machine check says 'at most N'
     memory_limit: str | None = Field(None, description="local: per worker (default: RAM / workers)")
     address: str | None = Field(None, description="address: scheduler address, e.g. tcp://host:8786")
     jobs: int | None = Field(None, ge=1, le=10_000, description="slurm: fixed number of worker jobs per pool")

@@ -19,6 +19,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 
 from zarrmill.cluster_check import Params
+from zarrmill.io.storage.guard import bookkeeping_dir
 from zarrmill.runtime.engine import StepOptions, run_step
 from zarrmill.runtime.executors import Executor
 from zarrmill.runtime.registry import get_task
@@ -55,7 +56,7 @@ def bench_planning(tmp: Path, units: int) -> None:
     first = engine_step(tmp, "plan", units, None)
     # Rerun on the same output: plan again, read the ledger, skip everything.
     params = Params(output=str(tmp / "plan"), units=units, record=False)
-    ledger_dir = Path(params.output) / ".zarrmill" / "steps" / "plan"
+    ledger_dir = bookkeeping_dir(params.output) / "steps" / "plan"
     (ledger_dir / "step.json").write_text((ledger_dir / "step.json").read_text().replace('"done"', '"running"'))
     t0 = time.perf_counter()
     run_step("plan", get_task("cluster-check"), params, lambda: None, StepOptions(quiet=True))

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from zarrmill.io.storage.guard import is_bookkeeping_name
+
 
 @dataclass
 class Measured:
@@ -74,5 +76,5 @@ def drop_caches() -> bool:
 def files_and_bytes(path) -> tuple[int, int]:
     from pathlib import Path
 
-    files = [f for f in Path(path).rglob("*") if f.is_file() and ".zarrmill" not in f.parts]
+    files = [f for f in Path(path).rglob("*") if f.is_file() and not any(is_bookkeeping_name(p) for p in f.parts)]
     return len(files), sum(f.stat().st_size for f in files)

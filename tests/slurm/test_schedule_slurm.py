@@ -4,7 +4,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO
+from conftest import REPO, forget_ownership
 
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.history import History
@@ -19,7 +19,7 @@ def test_two_overlapping_sbatch_runs_convert_each_dataset_once(cli, slurm, tmp_p
                            f"output={tmp_path / 'incoming' / f'plate{i}'}", "--set", "wells=[B03,B04]",
                            "--set", "grid=[2,2]", "--set", "shape=[96,128]", "--set", f"seed={i}")
         assert code == 0, err
-        subprocess.run(["rm", "-rf", str(tmp_path / "incoming" / f"plate{i}" / ".zarrmill")], check=True)
+        forget_ownership(tmp_path / "incoming" / f"plate{i}")
     go = tmp_path / "go"
     command = (f"{sys.executable} -m zarrmill run {WORKFLOW} --set vars.incoming={tmp_path / 'incoming'} "
                f"--set vars.out={tmp_path / 'out'} --set executor.kind=threads "

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import squeue_names, tree_digest
+from conftest import bookkeeping, squeue_names, tree_digest
 from helpers import generate_step, rechunk_step, write_workflow
 
 pytestmark = pytest.mark.slurm
@@ -74,7 +74,7 @@ def test_scancel_one_worker_mid_step_still_completes(cli, slurm, tmp_path):
     cancelled: list[str] = []
 
     def cancel_one_when_busy():
-        log = out / ".zarrmill" / "steps" / "gen" / "done.log"
+        log = bookkeeping(out) / "steps" / "gen" / "done.log"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if log.exists() and log.read_bytes().count(b"\n") >= 10:

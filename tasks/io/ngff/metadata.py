@@ -161,7 +161,13 @@ def _check_level_arrays(meta: ImageMeta) -> None:
         apath = Path(meta.path) / lv.path
         if (apath / "zarr.json").exists():
             doc = read_json(apath / "zarr.json")
+            if isinstance(doc, dict) and doc.get("node_type") == "group":
+                raise InputError(f"{apath}: a zarr group, not an array; multiscales lists it as level {lv.path!r}; "
+                                 "fix the metadata")
             shape, dtype = doc.get("shape"), doc.get("data_type")
+        elif (apath / ".zgroup").exists() and not (apath / ".zarray").exists():
+            raise InputError(f"{apath}: a zarr group, not an array; multiscales lists it as level {lv.path!r}; "
+                             "fix the metadata")
         elif (apath / ".zarray").exists():
             doc = read_json(apath / ".zarray")
             shape, dtype = doc.get("shape"), doc.get("dtype")

@@ -1,6 +1,6 @@
 """Input fingerprints: what a step read, so a rerun notices inputs that changed since.
 
-Every file under each input (zarrmill's own ``.zarrmill`` folders left out) is recorded by size and
+Every file under each input (zarrmill's bookkeeping folders left out) is recorded by size and
 modification time in nanoseconds, plus a SHA-256 of its content when it is a small metadata file
 (an mlf, a zarr.json, a CSV of points), which catches an edit within the file system's timestamp
 resolution. Large pixel files are judged by size and mtime, as make and rsync do: a re-export
@@ -11,6 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Iterable
+
+from .guard import is_bookkeeping_name
 
 HASH_UP_TO = 64 * 1024
 # hashed: metadata (small, edited by hand or rewritten in place); not chunks and pixels, which a
@@ -49,7 +51,7 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
             out[top] = _entry(top, os.stat(top))
             continue
         for dirpath, dirnames, names in os.walk(top, followlinks=True):
-            dirnames[:] = sorted(d for d in dirnames if d != ".zarrmill")
+            dirnames[:] = sorted(d for d in dirnames if d != ".zarrmill" and not is_bookkeeping_name(d))
             for name in sorted(names):
                 path = os.path.join(dirpath, name)
                 try:

@@ -2,10 +2,16 @@
 
 Rules (README, "What zarrmill will and will not touch"):
 
-- zarrmill deletes or replaces only what it created: a store whose ``.zarrmill/owner.json`` it
-  wrote when it created the store (everything inside is then its own), a node it recorded in
-  ``.zarrmill/created.log`` before creating it inside a store it does not own (levels added to
-  someone else's image), or an empty folder. ``--overwrite`` never widens this.
+- zarrmill deletes or replaces only what it created: a store whose ``owner.json`` it wrote when it
+  created the store (everything inside is then its own), a node it recorded in ``created.log``
+  before creating it inside a store it does not own (levels added to someone else's image), or an
+  empty folder. ``--overwrite`` never widens this.
+- That bookkeeping (owner marker, created.log, locks, the ledger) lives beside the store, in the
+  hidden folder ``.<name>.zarrmill`` (:func:`bookkeeping_dir`), never inside it: a reader walking
+  the store (zarr-python's ``members()``, ome-zarr-py, napari) sees only zarr nodes. The marker
+  records the store folder's identity (device and inode), so a marker left behind by a deleted
+  store never makes a new folder at that path zarrmill's; once a step finished, the store's own
+  provenance must carry the marker's id too (a store replaced by a copy of another is refused).
 - An output is refused when it is ``/``, the current folder, the home folder or an ancestor of
   either; when it equals, lies inside or contains an input; when it is a file; when it is a
   non-empty folder or store zarrmill did not create; when its path runs through a symlink loop.
@@ -31,12 +37,24 @@ from typing import Iterable
 
 from ...errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 
-MARKER_DIR = ".zarrmill"
+MARKER_SUFFIX = ".zarrmill"  # a store's bookkeeping: <parent>/.<store name>.zarrmill/
 OWNER_FILE = "owner.json"
 CREATED_LOG = "created.log"
 LOCK_FILES = ("lock", "lock.takeover")  # the run lock lives beside the owner marker
 # files that mark a folder as zarrmill's own bookkeeping: a run folder, a scheduled run's state folder
 BOOKKEEPING_MARKERS = (".zarrmill-run", ".zarrmill-state")
+
+
+def bookkeeping_dir(root: str | os.PathLike[str]) -> Path:
+    """The folder beside ``root`` where zarrmill keeps the owner marker, created.log, locks and the
+    ledger of that store: ``<parent>/.<name>.zarrmill`` (the store's real location, links resolved)."""
+    base = real(root)
+    return base.parent / f".{base.name}{MARKER_SUFFIX}"
+
+
+def is_bookkeeping_name(name: str) -> bool:
+    """A folder name zarrmill uses for a store's bookkeeping (fingerprints and sizes skip them)."""
+    return name.startswith(".") and name.endswith(MARKER_SUFFIX) and len(name) > len(MARKER_SUFFIX) + 1
 
 
 def real(path: str | os.PathLike[str]) -> Path:
@@ -99,7 +117,7 @@ def _never_delete(path: Path) -> None:
 
 def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
     """Delete one of zarrmill's own bookkeeping files or folders: ledger records and locks inside a
-    ``.zarrmill`` folder, locks in a scheduled run's state folder, a run folder. Refused for
+    store's bookkeeping folder, locks in a scheduled run's state folder, a run folder. Refused for
     anything else, and for /, the current folder and home."""
     path = Path(os.path.abspath(path))
     _never_delete(path)
@@ -112,8 +130,8 @@ def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
 
 
 def _is_bookkeeping(path: Path) -> bool:
-    """Inside a ``.zarrmill`` folder, or in (or two levels below) a folder carrying a marker."""
-    if any(p.name == MARKER_DIR for p in path.parents):
+    """Inside a store's bookkeeping folder, or in (or two levels below) a folder carrying a marker."""
+    if any(is_bookkeeping_name(p.name) for p in path.parents):
         return True
     return any((folder / marker).is_file() for folder in (path, path.parent, path.parent.parent)
                for marker in BOOKKEEPING_MARKERS)
@@ -169,28 +187,57 @@ class OutputGuard:
                 "into new or empty folders (or stores it created): choose a new output path")
 
     def _foreign_content(self, root: Path) -> bool:
-        """Anything but zarrmill's own bookkeeping of a claim that a kill interrupted (a lock, the
-        temp file of an owner marker not yet renamed into place)."""
-        names = _listing(root)
-        return any(n != MARKER_DIR for n in names) or any(
-            n not in LOCK_FILES and not n.endswith(".partial") for n in _listing(root / MARKER_DIR))
+        """Anything in the folder: zarrmill's bookkeeping lives beside it, never inside."""
+        return bool(_listing(root))
+
+    @property
+    def bookkeeping(self) -> Path:
+        return bookkeeping_dir(self.root)
 
     def owned(self) -> bool:
-        try:
-            doc = json.loads((self.root / MARKER_DIR / OWNER_FILE).read_text())
-        except (OSError, ValueError):
+        """The marker beside the root is zarrmill's and names this very folder (device, inode);
+        and once a step sealed it, the store's provenance carries the marker's id."""
+        doc = self.owner()
+        if doc.get("tool") != "zarrmill":
             return False
-        return isinstance(doc, dict) and doc.get("tool") == "zarrmill"
+        try:
+            st = os.stat(self.root)
+        except FileNotFoundError:
+            return False
+        if doc.get("folder") != [st.st_dev, st.st_ino]:
+            return False  # another folder now stands where zarrmill's store was
+        return not doc.get("sealed") or provenance_owner(self.root) == doc.get("id")
 
     def owner(self) -> dict:
         try:
-            return json.loads((self.root / MARKER_DIR / OWNER_FILE).read_text())
+            doc = json.loads((self.bookkeeping / OWNER_FILE).read_text())
         except (OSError, ValueError):
             return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def owner_id(self) -> str | None:
+        """The id provenance records, so that the store itself names its owner marker."""
+        return self.owner().get("id") if self.owned() else None
+
+    def seal(self) -> None:
+        """A step finished and wrote the store's provenance (with :meth:`owner_id`): from now on the
+        store must carry that id to stay zarrmill's."""
+        doc = self.owner()
+        if self.owned() and not doc.get("sealed") and provenance_owner(self.root) == doc.get("id"):
+            from .atomic import atomic_write_json
+
+            atomic_write_json(self.bookkeeping / OWNER_FILE, {**doc, "sealed": True})
+
+    def _unseal(self) -> None:
+        doc = self.owner()
+        if doc.get("sealed"):
+            from .atomic import atomic_write_json
+
+            atomic_write_json(self.bookkeeping / OWNER_FILE, {**doc, "sealed": False})
 
     def has_content(self) -> bool:
-        """Data in the root (anything besides zarrmill's own ``.zarrmill`` bookkeeping)."""
-        return any(n != MARKER_DIR for n in _listing(self.root))
+        """Data in the root."""
+        return bool(_listing(self.root))
 
     # -- claiming and creating -----------------------------------------------------------------
     def claim(self, step: str) -> None:
@@ -198,14 +245,18 @@ class OutputGuard:
         root, write the owner marker first, before anything else is created in it."""
         self.check()
         self._mkdirs(self.root)
-        marker = self.root / MARKER_DIR
+        marker = self.bookkeeping
         self._mkdirs(marker)  # remembered: a failed plan on someone else's store removes it again
         if not self.in_place and not self.owned():
             from .atomic import atomic_write_json
 
+            for name in _listing(marker):  # a ledger left by a store that stood here before is not this one's
+                if name != OWNER_FILE and name not in LOCK_FILES and not name.endswith(".partial"):
+                    remove_bookkeeping(marker / name)
+            st = os.stat(self.root)
             atomic_write_json(marker / OWNER_FILE, {
-                "tool": "zarrmill", "id": uuid.uuid4().hex, "step": step,
-                "created": round(time.time(), 3), "host": socket.gethostname()})
+                "tool": "zarrmill", "id": uuid.uuid4().hex, "step": step, "store": str(real(self.root)),
+                "folder": [st.st_dev, st.st_ino], "created": round(time.time(), 3), "host": socket.gethostname()})
 
     def make_dirs(self, path: Path) -> None:
         """mkdir -p, remembering what it created (for rollback)."""
@@ -226,7 +277,7 @@ class OutputGuard:
 
     @property
     def lock_path(self) -> Path:
-        return self.root / MARKER_DIR / LOCK_FILES[0]
+        return self.bookkeeping / LOCK_FILES[0]
 
     def contain(self, path: str | os.PathLike[str], what: str = "path") -> Path:
         """``path`` (absolute, or relative to the current folder) if it lies inside the root once
@@ -254,7 +305,7 @@ class OutputGuard:
 
     def _log_created(self, path: Path) -> None:
         rel = os.path.relpath(path, self.root)
-        log = self.root / MARKER_DIR / CREATED_LOG
+        log = self.bookkeeping / CREATED_LOG
         self._mkdirs(log.parent)
         with open(log, "a", encoding="utf-8") as fh:
             fh.write(rel + "\n")
@@ -265,7 +316,7 @@ class OutputGuard:
     def _created(self) -> set[str]:
         if self._created_log is None:
             try:
-                lines = (self.root / MARKER_DIR / CREATED_LOG).read_text(encoding="utf-8").splitlines()
+                lines = (self.bookkeeping / CREATED_LOG).read_text(encoding="utf-8").splitlines()
             except OSError:
                 lines = []
             self._created_log = {line for line in lines if line}
@@ -286,29 +337,32 @@ class OutputGuard:
     def remove(self, path: Path, why: str = "") -> None:
         """Delete ``path`` (a node of the output), only if zarrmill created it."""
         path = Path(os.path.abspath(path))
+        self._refuse_unless_replaceable(path, why)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+    def _refuse_unless_replaceable(self, path: Path, why: str = "") -> None:
         _never_delete(path)
         if not self.may_replace(path):
             raise OutputExistsError(
                 f"{path}: exists and was not created by zarrmill, so it is never replaced{why}; "
                 "choose a new output path, or move it away yourself")
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.exists():
-            shutil.rmtree(path)
 
     def clear(self) -> None:
         """Empty an owned store (``--overwrite`` of the step that created it), keeping its marker."""
         _never_delete(self.root)  # even with a marker in it: a marker can be planted, / cannot move
         if not self.owned() or self.in_place:
             raise OutputExistsError(f"{self.root}: not a store zarrmill created; it is never emptied")
+        for name in _listing(self.root):  # all of it may go, or nothing goes (a link planted inside)
+            self._refuse_unless_replaceable(self.root / name)
+        self._unseal()  # emptied, the store carries no provenance until its step finishes again
         for name in _listing(self.root):
-            target = self.root / name
-            if name == MARKER_DIR:
-                for inner in _listing(target):
-                    if inner != OWNER_FILE and inner not in LOCK_FILES:
-                        self.remove(target / inner)
-            else:
-                self.remove(target)
+            self.remove(self.root / name)
+        for name in _listing(self.bookkeeping):
+            if name != OWNER_FILE and name not in LOCK_FILES:
+                remove_bookkeeping(self.bookkeeping / name)
 
     def commit(self) -> None:
         """The plan succeeded: what it created is kept, whatever happens later in the run."""
@@ -326,3 +380,37 @@ class OutputGuard:
                 except OSError:
                     pass
         self._made.clear()
+
+
+PROVENANCE_FILE = "zarrmill-provenance.json"
+META_DIR = "zarrmill"  # a folder output's own files (summary, provenance) when its top level must hold cases only
+
+
+def provenance_side_file(root: Path) -> Path:
+    """Where a folder output (not a zarr store) keeps its provenance: ``zarrmill/provenance.json``
+    when the output has that folder (compress's .b2nd sets: nnU-Net reads every top-level file as a
+    case), else ``zarrmill-provenance.json`` at its top."""
+    root = Path(root)
+    return root / META_DIR / "provenance.json" if (root / META_DIR).is_dir() else root / PROVENANCE_FILE
+
+
+def provenance_owner(root: Path) -> str | None:
+    """The owner id a store's provenance records (root attributes of a zarr store, else the side
+    file zarrmill writes into a folder output), or None."""
+    for name, inner in (("zarr.json", "attributes"), (".zattrs", None), ("", "")):
+        path = Path(root) / name if name else provenance_side_file(root)
+        if not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if inner == "":
+            prov = doc
+        else:
+            attrs = doc.get(inner, {}) if inner else doc
+            prov = attrs.get("zarrmill", {}).get("provenance", {}) if isinstance(attrs, dict) else {}
+        owner = prov.get("owner") if isinstance(prov, dict) else None
+        if owner is not None or name != "zarr.json":
+            return owner if isinstance(owner, str) else None
+    return None

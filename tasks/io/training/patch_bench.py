@@ -11,18 +11,24 @@ from typing import Sequence
 import numpy as np
 
 
-def _open(path: str):
+def _open(path: str, reader: str = "zarrmill"):
     if path.endswith(".npy"):
         return np.load(path, mmap_mode="r")
+    if reader == "nnunet":  # as nnUNetDatasetBlosc2.load_case opens a case (nnunetv2 2.8.1)
+        import blosc2
+
+        blosc2.set_nthreads(1)
+        return blosc2.open(urlpath=path, mode="r", dparams={"nthreads": 1}, mmap_mode="r")
     from .b2store import open_patches
 
     return open_patches(path)
 
 
-def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, start: float) -> tuple[int, int]:
+def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, start: float,
+            reader: str = "zarrmill") -> tuple[int, int]:
     while time.time() < start:  # all readers begin together
         time.sleep(0.001)
-    arrays = [_open(p) for p in paths]
+    arrays = [_open(p, reader) for p in paths]
     rng = np.random.default_rng(seed)
     n = nbytes = 0
     end = time.perf_counter() + seconds
@@ -30,8 +36,9 @@ def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, s
         a = arrays[int(rng.integers(len(arrays)))]
         spatial = a.shape[-len(patch):]
         lead = (slice(None),) * (len(a.shape) - len(patch))
-        origin = [int(rng.integers(0, s - p + 1)) for s, p in zip(spatial, patch)]
-        out = np.array(a[lead + tuple(slice(o, o + p) for o, p in zip(origin, patch))])
+        size = [min(p, s) for s, p in zip(spatial, patch)]  # a case smaller than the patch: all of it
+        origin = [int(rng.integers(0, s - p + 1)) for s, p in zip(spatial, size)]
+        out = np.array(a[lead + tuple(slice(o, o + p) for o, p in zip(origin, size))])
         n += 1
         nbytes += out.nbytes
     return n, nbytes
@@ -47,11 +54,15 @@ def drop_page_cache() -> bool:
 
 
 def patch_throughput(paths: Sequence[str | Path], patch: Sequence[int], seconds: float = 3.0,
-                     processes: int = 1, seed: int = 0, cold: bool = False) -> tuple[float, float]:
-    """(patches/s, MB/s) summed over ``processes`` single-threaded readers."""
+                     processes: int = 1, seed: int = 0, cold: bool = False,
+                     reader: str = "zarrmill") -> tuple[float, float]:
+    """(patches/s, MB/s) summed over ``processes`` single-threaded readers. ``reader``: zarrmill's
+    ``open_patches``, or ``nnunet``: ``blosc2.open`` memory-mapped and NDArray slicing, as nnU-Net's
+    dataset class reads its cases."""
     if cold and not drop_page_cache():
         return float("nan"), float("nan")
-    args = [([str(p) for p in paths], list(patch), seconds, seed + i, time.time() + 0.5) for i in range(processes)]
+    args = [([str(p) for p in paths], list(patch), seconds, seed + i, time.time() + 0.5, reader)
+            for i in range(processes)]
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes) as pool:
         results = pool.starmap(_reader, args)

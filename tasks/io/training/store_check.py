@@ -15,7 +15,10 @@ import zarr
 PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
                 "dropped: cuboid crosses the image edge (edge: drop)")
 TABLE_COLUMNS = ("point_id", "center", "origin", "size", "label", "status")
-COMPRESS_SUMMARY = "zarrmill-compress.json"
+# a .b2nd set keeps its summary in zarrmill/ (nnU-Net takes every top-level file for a case);
+# a zarr set in its root attributes (zarr-python warns about any file that is not a zarr node)
+COMPRESS_SUMMARY = "zarrmill/compress.json"
+SUMMARY_ATTR = "compress_set"
 
 
 def patch_store_meta(root: Path) -> dict[str, Any] | None:
@@ -93,8 +96,17 @@ def _dataset_problems(root: Path, kept: int, item_shape: list[int]) -> list[str]
 
 # -- compressed sets ---------------------------------------------------------------------------------
 def compress_summary(root: Path) -> dict[str, Any] | None:
+    """The summary compress writes: ``zarrmill/compress.json`` of a .b2nd set, or the
+    ``zarrmill.compress_set`` attributes of a zarr set; None if neither is there."""
     path = Path(root) / COMPRESS_SUMMARY
     if not path.is_file():
+        if (Path(root) / "zarr.json").is_file():
+            try:
+                attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                return None
+            doc = attrs.get("zarrmill", {}).get(SUMMARY_ATTR) if isinstance(attrs, dict) else None
+            return doc if isinstance(doc, dict) else None
         return None
     try:
         doc = json.loads(path.read_text())
@@ -112,7 +124,7 @@ def compressed_format(summary: dict[str, Any]) -> str:
 
 def compressed_set_problems(root: Path, summary: dict[str, Any]) -> list[str]:
     """Every case listed is there, opens, has the recorded shape and dtype and (``.b2nd``) the
-    chunks and blocks its own metadata records; its first and last chunk decode."""
+    chunks and blocks its own metadata records; every chunk decodes (one at a time)."""
     root = Path(root)
     if summary.get("damaged"):
         return [f"{root / COMPRESS_SUMMARY}: not valid JSON; the set is damaged"]
@@ -154,9 +166,8 @@ def _case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
                 out.append(f"{path}: chunks {list(arr.chunks)}, its metadata records {meta.get('chunks')}")
             if meta.get("blocks") and arr.blocks and list(arr.blocks) != list(meta["blocks"]):
                 out.append(f"{path}: blocks {list(arr.blocks)}, its metadata records {meta.get('blocks')}")
-        first = tuple(slice(0, c) for c in arr.chunks)
-        last = tuple(slice(max(0, s - c), s) for s, c in zip(arr.shape, arr.chunks))
-        arr[first], arr[last]  # decodes: a damaged chunk raises here
-        return out
+        for index in np.ndindex(*[-(-s // c) for s, c in zip(arr.shape, arr.chunks)]):
+            arr[tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, arr.chunks, arr.shape))]
+        return out  # every chunk decoded, one at a time: a damaged one raises above
     except Exception as err:  # noqa: BLE001 - any failure to open or decode is the finding itself
         return [f"{path}: cannot be read ({type(err).__name__}: {err})"]
