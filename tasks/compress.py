@@ -34,11 +34,11 @@ from .io.storage.atomic import atomic_write_bytes, atomic_write_json
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
 from .io.storage.guard import META_DIR as SUMMARY_DIR
-from .io.training.nnunet import (NOTE, is_nnunet_folder, layout_note, open_array, patch_for, plans_patch_size,
-                                 read_cases)
+from .io.training.nnunet import (NOTE, is_nnunet_folder, layout_note, open_array, own_codec, patch_for,
+                                 plans_patch_size, read_cases)
 from .io.training.nnunet import Case as NnunetCase
 from .io.training.store_check import COMPRESS_SUMMARY, SUMMARY_ATTR, compress_summary
-from .io.training.codec_trial import Policy, choose, run_trials, sample_chunks
+from .io.training.codec_trial import Policy, choose, choose_no_larger, run_trials, sample_chunks
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
@@ -139,6 +139,8 @@ def codec_choices(p: Params, sources: list[Source]) -> dict[str, dict]:
 
 
 def codec_choice(p: Params, sources: list[Source]) -> dict:
+    """By parameters, or by trial on sampled chunks under ``policy``. For an nnU-Net folder the
+    trial has a floor: no more bytes than nnU-Net's own codec on the same chunks, then the fastest."""
     if p.codec != "auto":
         return {"codec": p.codec, "clevel": p.clevel, "filter": p.filter, "chosen_by": "parameters"}
     samples = []
@@ -149,8 +151,15 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
     trials = run_trials(samples, blocks or samples[0].shape)
     if p.format == "zarr":
         trials = [t for t in trials if t.codec in ZARR_CNAMES] or trials
-    best = choose(trials, p.policy)
-    return {"codec": best.codec, "clevel": best.clevel, "filter": best.filter, "chosen_by": f"trial ({p.policy})",
+    own = own_codec(sources[0].path) if _nnunet(p) else None
+    baseline = next((t for t in trials if (t.codec, t.clevel, t.filter) == own), None)
+    if baseline is not None:
+        best = choose_no_larger(trials, baseline)
+        how = (f"trial: the fastest to decompress of those at least as small as nnU-Net's own "
+               f"{own[0]}-{own[1]} + {own[2]} (ratio {baseline.ratio:.3f})")
+    else:
+        best, how = choose(trials, p.policy), f"trial ({p.policy})"
+    return {"codec": best.codec, "clevel": best.clevel, "filter": best.filter, "chosen_by": how,
             "trial": [t.as_dict() for t in trials]}
 
 

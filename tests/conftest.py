@@ -18,6 +18,19 @@ DATA = REPO / "tests" / "data"  # every file a test reads lives in the repositor
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+def require(module: str, why: str):
+    """Import an optional dependency a test needs: skipped where it is missing on a laptop, a
+    failure under CI (one rule for what CI is: IN_CI), so a missing install never hides tests."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if IN_CI:
+            pytest.fail(f"{module} is missing under CI ({why}); tests/run installs it", pytrace=False)
+        pytest.skip(f"{module} is not installed ({why})", allow_module_level=True)
+
+
 def bookkeeping(store: Path) -> Path:
     """Where zarrmill keeps a store's owner marker, locks and ledger: beside it."""
     return bookkeeping_dir(store)
@@ -90,17 +103,13 @@ def zarrmill_subprocess(*args: str, cwd: Path | None = None, **kw) -> subprocess
 
 @pytest.fixture(scope="session")
 def slurm() -> str:
-    """A running single-node SLURM (started from deploy/slurm-local if needed); partition name.
-
-    Under CI=true a missing SLURM fails the run; on a laptop without root or SLURM it skips."""
+    """A running single-node SLURM; partition name. Tests never start it (that installs packages and
+    writes /etc/slurm): tests/run and .ci/run do, before pytest. Under CI a missing SLURM fails the
+    run; elsewhere the SLURM tests skip."""
     def up() -> bool:
         return shutil.which("sbatch") is not None and subprocess.run(
             ["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") > 0
 
-    if not up() and hasattr(os, "geteuid") and os.geteuid() == 0:
-        env = dict(os.environ, SLURM_LOCAL_CPUS=os.environ.get("SLURM_LOCAL_CPUS", "8"))
-        subprocess.run(["bash", str(REPO / "deploy/slurm-local/start-slurm.sh")], env=env,
-                       capture_output=True, text=True)
     if not up():
         if IN_CI:
             pytest.fail("SLURM is not running; .ci/run must start it (deploy/slurm-local/start-slurm.sh)")

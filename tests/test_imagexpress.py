@@ -23,7 +23,8 @@ Z_UM = {1: 5000.0, 2: 5002.5, 3: 5005.0}
 
 
 def pixels(well: str, site: int, wave: int, z: int, t: int) -> np.ndarray:
-    seed = hash((well, site, wave, z, t)) % 2**32
+    # a fixed seed per plane (hash() of a string changes with every interpreter run)
+    seed = [ord(c) for c in well] + [site, wave, z, t]
     return np.random.default_rng(seed).integers(0, 4000, (24, 40), dtype=np.uint16)
 
 

@@ -10,19 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from adversarial_world import changes, snapshot
-from conftest import IN_CI
+from conftest import require
 
-try:
-    from nnunetv2.training.dataloading.nnunet_dataset import (
-        comp_blosc2_params,
-        infer_dataset_class,
-        nnUNetDatasetBlosc2,
-        nnUNetDatasetNumpy,
-    )
-except ImportError:  # pragma: no cover - tests/run installs it; under CI a missing one fails
-    if IN_CI:
-        raise
-    pytest.skip("nnunetv2 is not installed (tests/run installs it with --no-deps)", allow_module_level=True)
+_dataset = require("nnunetv2.training.dataloading.nnunet_dataset", "nnU-Net's own dataset classes")
+comp_blosc2_params = _dataset.comp_blosc2_params
+infer_dataset_class = _dataset.infer_dataset_class
+nnUNetDatasetBlosc2 = _dataset.nnUNetDatasetBlosc2
+nnUNetDatasetNumpy = _dataset.nnUNetDatasetNumpy
 
 PATCH_3D = [24, 40, 40]
 PATCH_2D = [48, 40]

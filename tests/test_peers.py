@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from conftest import IN_CI
 
 from zarrmill.io.ngff.fov_table import read_roi_table
 
@@ -23,7 +24,7 @@ PEERS = Path(os.environ.get("ZARRMILL_PEERS_PYTHON", REPO / ".venv-peers" / "bin
 @pytest.fixture(scope="module")
 def peers_python() -> Path:
     if not PEERS.exists():
-        if os.environ.get("CI") == "true":
+        if IN_CI:
             pytest.fail(f"{PEERS} missing: tests/run installs the peer tools (tests/peers/requirements.txt)")
         pytest.skip(f"no peers venv at {PEERS} (bash tests/run makes it)")
     return PEERS

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from test_imagexpress import imagexpress_folder
-from test_scenes import write_positions
+from conftest import require
+from scene_files import write_positions
 
 from zarrmill.io.readers.planes import plane_exists
 from zarrmill.io.readers.registry import PLATE_READERS, ReadOptions, detect, reader
@@ -23,7 +24,7 @@ def cellvoyager(cli, root: Path) -> Path:
 
 
 def scenes(cli, root: Path) -> Path:
-    pytest.importorskip("bioio")
+    require("bioio", "the scenes reader reads through bioio")
     write_positions(root / "positions.ome.tif")
     return root / "positions.ome.tif"
 

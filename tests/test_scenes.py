@@ -6,31 +6,14 @@ import json
 
 import numpy as np
 import pytest
-import tifffile
 import zarr
+from conftest import require
 from ngff_official import validate_store
 
 from zarrmill.io.ngff.conformance import check_store
 
-pytest.importorskip("bioio")  # the formats extra; the test extra installs it, so CI runs this
-
-PIXEL = 0.5
-POSITIONS = [(100.0, 50.0), (120.0, 50.0), (140.0, 50.0)]  # stage x, y (um): fields 20 um wide, side by side
-
-
-def scene(i: int) -> np.ndarray:
-    return np.random.default_rng(i).integers(0, 4000, (2, 3, 24, 40), dtype=np.uint16)  # c, z, y, x
-
-
-def write_positions(path) -> None:
-    with tifffile.TiffWriter(path, ome=True) as tw:
-        for i, (x, y) in enumerate(POSITIONS):
-            n = 2 * 3
-            tw.write(scene(i), metadata={"axes": "CZYX", "PhysicalSizeX": PIXEL, "PhysicalSizeY": PIXEL,
-                                         "PhysicalSizeZ": 2.0, "Channel": {"Name": ["DAPI", "GFP"]},
-                                         "Plane": {"PositionX": [x] * n, "PositionY": [y] * n,
-                                                   "PositionXUnit": ["µm"] * n, "PositionYUnit": ["µm"] * n}})
-
+require("bioio", "the formats extra reads files of many scenes")
+from scene_files import PIXEL, POSITIONS, scene, write_positions  # noqa: E402
 
 def test_a_multi_position_ome_tiff_becomes_a_plate_at_its_positions(cli, tmp_path):
     write_positions(tmp_path / "positions.ome.tif")

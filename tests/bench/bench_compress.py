@@ -9,6 +9,13 @@ LZ4HC-5 + shuffle, (d) zarrmill compress defaults (patch-driven layout, codec by
 patch shape (128^3 and 20x50x50), 1 and 2 reader processes with one thread each: patches/s and the
 ratio to npy, warm page cache and cold (page cache dropped before each pass: root only). Plus
 compression ratio and write time.
+
+  python tests/bench/bench_compress.py --nnunet [--seconds 3] [--scale 1.0]
+
+nnU-Net's own preprocessed folders (written by nnunetv2's save_case with its comp_blosc2_params
+layout, CT-like and microscopy-like float32 data with int8 segmentations) against zarrmill
+compress's rewrite of them, read as nnU-Net's trainer reads: load_case, then data and seg boxes of
+the plans' patch size. Bytes on disk and patches/s side by side.
 """
 from __future__ import annotations
 
@@ -70,13 +77,105 @@ def write(folder: Path, dst: Path, patch, extra: list[str]) -> tuple[float, floa
     return m.seconds, raw / comp
 
 
+# -- nnU-Net's own folders vs zarrmill's rewrite of them, read the way nnU-Net's trainer reads ----------
+NNUNET_PATCH = [128, 128, 128]
+
+
+def nnunet_data(kind: str, shape, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(data float32 (1, z, y, x) as nnU-Net's normalisation leaves it, seg int8)."""
+    if kind == "CT-like":
+        vol = ct(shape, seed)
+        data = (vol - vol.mean()) / vol.std()  # nnU-Net's CTNormalization ends in a z-score
+        seg = ((vol > 800) + (vol > 40)).astype(np.int8)
+    else:  # microscopy-like: quantised intensities (no resampling), z-scored as nnU-Net does
+        vol = microscopy(shape, seed).astype(np.float32)
+        data = (vol - vol.mean()) / vol.std()
+        seg = (vol > np.percentile(vol, 90)).astype(np.int8)
+    return data.astype(np.float32), seg
+
+
+def write_nnunet_folder(folder: Path, kind: str, shapes, patch) -> None:
+    from nnunetv2.training.dataloading.nnunet_dataset import comp_blosc2_params, nnUNetDatasetBlosc2
+
+    folder.mkdir(parents=True)
+    (folder.parent / "nnUNetPlans.json").write_text(
+        '{"plans_name": "nnUNetPlans", "configurations": {"3d_fullres": {"data_identifier": "%s", '
+        '"patch_size": %s}}}' % (folder.name, list(patch)))
+    for i, shape in enumerate(shapes):
+        data, seg = nnunet_data(kind, shape, i)
+        blocks, chunks = comp_blosc2_params(data.shape, patch, data.itemsize)  # as nnU-Net's preprocessing
+        nnUNetDatasetBlosc2.save_case(data, seg, {"case": i}, str(folder / f"case_{i:03d}"), chunks=chunks,
+                                      blocks=blocks)
+
+
+def _nnunet_reader(folder: str, patch, seconds: float, seed: int, start: float) -> int:
+    """nnU-Net's training path per sample: ``load_case`` (blosc2.open, mmap, one thread), then a
+    random box of the patch size from data and segmentation."""
+    import time
+
+    from nnunetv2.training.dataloading.nnunet_dataset import nnUNetDatasetBlosc2
+
+    ds = nnUNetDatasetBlosc2(folder, nnUNetDatasetBlosc2.get_identifiers(folder))
+    rng = np.random.default_rng(seed)
+    while time.time() < start:
+        time.sleep(0.001)
+    n, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        data, seg, _, _ = ds.load_case(ds.identifiers[int(rng.integers(len(ds.identifiers)))])
+        size = [min(p, s) for p, s in zip(patch, data.shape[1:])]
+        o = [int(rng.integers(0, s - p + 1)) for s, p in zip(data.shape[1:], size)]
+        box = (slice(None),) + tuple(slice(a, a + p) for a, p in zip(o, size))
+        np.asarray(data[box]), np.asarray(seg[box])
+        n += 1
+    return n
+
+
+def nnunet_rate(folder: Path, patch, seconds: float, processes: int) -> float:
+    import multiprocessing as mp
+    import time
+
+    with mp.get_context("spawn").Pool(processes) as pool:
+        counts = pool.starmap(_nnunet_reader, [(str(folder), list(patch), seconds, 11 + i, time.time() + 1.0)
+                                               for i in range(processes)])
+    return sum(counts) / seconds
+
+
+def nnunet_comparison(work: Path, seconds: float, scale: float) -> None:
+    s = lambda *shape: tuple(max(128, int(n * scale)) for n in shape)  # noqa: E731
+    rows = []
+    for kind in ("CT-like", "microscopy-like"):
+        src = work / kind / "Dataset001" / "nnUNetPlans_3d_fullres"
+        write_nnunet_folder(src, kind, [s(192, 320, 320), s(224, 288, 288), s(160, 352, 352)], NNUNET_PATCH)
+        dst = work / kind / "zarrmill" / src.name
+        m = run_measured(zarrmill("task", "compress", "--executor", "local", "--set", f"input={src}",
+                                  "--set", f"output={dst}"))
+        assert dst.is_dir(), m.output
+        results = {}
+        for method, folder in (("nnU-Net's own files", src), ("zarrmill rewrite", dst)):
+            nbytes = sum(f.stat().st_size for f in folder.glob("*.b2nd"))
+            rates = [nnunet_rate(folder, NNUNET_PATCH, seconds, procs) for procs in (1, 2)]
+            results[method] = (nbytes, rates)
+        base_bytes, base_rates = results["nnU-Net's own files"]
+        for method, (nbytes, rates) in results.items():
+            rows.append((kind, "x".join(map(str, NNUNET_PATCH)), method, f"{nbytes / 1e6:.1f}",
+                         f"{nbytes / base_bytes:.3f}", *[f"{r:.1f} ({r / b:.2f}x)" for r, b in zip(rates, base_rates)]))
+    print(table(rows, ("data", "patch", "folder", "MB on disk (data+seg)", "bytes vs nnU-Net",
+                       "patches/s 1 reader", "patches/s 2 readers")))
+    print("(x): relative to nnU-Net's own files; each patch = load_case + data and seg boxes, as nnU-Net's loader")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--nnunet", action="store_true", help="only nnU-Net's own folders vs zarrmill's rewrite")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-compress-"))
+    if args.nnunet:
+        nnunet_comparison(work, args.seconds, args.scale)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     data = make_data(work, args.scale)
     total = sum(f.stat().st_size for d in data.values() for f in d.glob("*.npy"))
     print(f"data: {total / 1e9:.2f} GB in {sum(len(list(d.glob('*.npy'))) for d in data.values())} cases")

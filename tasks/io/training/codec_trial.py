@@ -76,6 +76,13 @@ def _decompress_seconds(packed: list) -> float:
     return time.perf_counter() - t0
 
 
+def choose_no_larger(trials: list[Trial], baseline: Trial) -> Trial:
+    """The fastest decompression among candidates that compress at least as well as ``baseline``
+    (what another tool wrote: the rewrite must not take more bytes); the baseline itself if none."""
+    ok = [t for t in trials if t.ratio >= baseline.ratio]
+    return max(ok, key=lambda t: (t.decompress_gbs, t.ratio)) if ok else baseline
+
+
 def choose(trials: list[Trial], policy: Policy) -> Trial:
     if policy == "ratio":
         return max(trials, key=lambda t: (round(t.ratio, 3), t.decompress_gbs))

@@ -94,6 +94,19 @@ def open_array(path: Path, member: str = "data") -> tuple[tuple[int, ...], np.dt
         raise InputError(f"{path}: not a readable nnU-Net array ({type(err).__name__}: {err})") from None
 
 
+def own_codec(path: Path) -> tuple[str, int, str] | None:
+    """(codec, clevel, filter) nnU-Net wrote a .b2nd file with, in zarrmill's names; None otherwise."""
+    if Path(path).suffix != ".b2nd":
+        return None
+    import blosc2
+
+    cp = blosc2.open(str(path), mode="r").schunk.cparams
+    get = (lambda k: cp[k]) if isinstance(cp, dict) else (lambda k: getattr(cp, k))
+    filters = [getattr(f, "name", str(f)).lower() for f in get("filters")]
+    used = [f for f in filters if f != "nofilter"]
+    return getattr(get("codec"), "name", str(get("codec"))).lower(), int(get("clevel")), used[-1] if used else "nofilter"
+
+
 def plans_patch_size(folder: Path) -> tuple[list[int], Path] | None:
     """The patch size of the configuration this folder holds, from the plans file beside it."""
     folder = Path(folder)
