@@ -160,7 +160,7 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
     else:
         best, how = choose(trials, p.policy), f"trial ({p.policy})"
     return {"codec": best.codec, "clevel": best.clevel, "filter": best.filter, "chosen_by": how,
-            "trial": [t.as_dict() for t in trials]}
+            "trial_samples": len(samples), "trial": [t.as_dict() for t in trials]}
 
 
 def _out_path(p: Params, src: Source, n_sources: int) -> Path:

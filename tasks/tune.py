@@ -141,7 +141,7 @@ def _own_row(p: Params, unit: Unit) -> int:
     row = {"id": unit["id"], "layout": "nnU-Net's own files", "codec": getattr(codec, "name", str(codec)).lower(),
            "clevel": clevel, "filter": names[-1] if names else "nofilter", "chunks": chunks, "blocks": blocks,
            "ratio": round(raw / comp, 3), "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1),
-           "reader": "nnunet"}
+           "reader": "nnunet", "sample_mb": round(raw / 1e6, 6)}
     (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
     return raw
 
@@ -172,7 +172,8 @@ def run_unit(p: Params, unit: Unit) -> int:
     rate, mbs = patch_throughput(paths, _patch(p), unit["seconds"], p.processes, reader=_reader(p))
     row = {k: unit.get(k, "") for k in ("id", "layout", "codec", "clevel", "filter")}
     row.update({"chunks": unit.get("chunks", ""), "blocks": unit.get("blocks", ""), "ratio": round(raw / comp, 3),
-                "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1), "reader": _reader(p)})
+                "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1), "reader": _reader(p),
+                "sample_mb": round(raw / 1e6, 6)})
     (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
     shutil.rmtree(out, ignore_errors=True)
     return raw

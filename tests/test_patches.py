@@ -249,3 +249,44 @@ def test_units_end_where_an_input_chunk_layer_starts():
     for a, _ in ranges[1:]:
         assert len(set(layer[a - 64:a])) == 2, f"cut at {a} is not after a layer change"
     assert [layer[a] for a, _ in ranges] == [0, 1, 2, 3]
+
+
+def test_dropped_points_are_counted_by_reason_in_one_warning_naming_points_csv(cli, tmp_path):
+    image = make_image(tmp_path, cli)
+    np.save(tmp_path / "pts.npy", np.asarray([[np.nan, 1, 1], [10, 20, 18], [100, 5, 5], [-3, 5, 5], [0, 0, 0]]))
+    code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'pts.npy'}", "cuboid=[4,8,8]")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("zarrmill: warning:")]
+    assert warnings == [f"zarrmill: warning: {tmp_path / 'patches.zarr' / 'points.csv'}: 4 of 5 points dropped "
+                        "(1 NaN coordinate, 2 center outside the image, 1 cuboid crosses the image edge "
+                        "(edge: drop)); their rows say why"], err
+    assert sorted(r["status"] for r in table(tmp_path / "patches.zarr")).count("kept") == 1
+
+
+def test_all_points_dropped_is_an_error_unless_allow_empty(cli, tmp_path):
+    image = make_image(tmp_path, cli)
+    np.save(tmp_path / "far.npy", np.asarray([[500.0, 5, 5], [np.nan, 1, 1]]))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'far.npy'}", "cuboid=[4,8,8]")
+    assert code == 2 and err.strip().splitlines() == [
+        f"zarrmill: error: {tmp_path / 'far.npy'}: all 2 points dropped (1 NaN coordinate, 1 center outside the "
+        "image); check points_unit, voxel_size, level and edge, or set allow_empty: true"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'far.npy'}", "cuboid=[4,8,8]",
+                           "allow_empty=true")
+    assert code == 0, err
+    assert "2 of 2 points dropped" in err
+    assert [r["status"] for r in table(tmp_path / "patches.zarr")].count("kept") == 0
+    assert cli("check", tmp_path / "patches.zarr")[0] == 0
+    from zarrmill.io.training.patch_dataset import PatchDataset
+
+    assert len(PatchDataset(tmp_path / "patches.zarr")) == 0
+
+
+def test_a_pad_value_the_dtype_cannot_hold_is_refused(cli, tmp_path):
+    image = make_image(tmp_path, cli)
+    np.save(tmp_path / "pts.npy", np.asarray([[0.0, 0, 0]]))
+    code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'pts.npy'}", "cuboid=[4,8,8]", "edge=pad",
+                           "pad_value=70000")
+    assert code == 2 and "pad_value 70000 does not fit the image's uint16 (0..65535)" in err
+    assert not (tmp_path / "patches.zarr").exists()
