@@ -335,6 +335,7 @@ def test_two_runs_on_one_output_at_once_one_is_refused(world):
     deadline = time.monotonic() + 30
     while not lock.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert lock.exists(), "the first run never took its lock"
     second = zarrmill_subprocess("task", "generate", "--executor", "sync", *big, cwd=world / "cwd")
     assert first.wait(120) == 0, first.stderr.read()
     assert second.returncode == 2 and "another zarrmill run is writing this output" in second.stderr, second.stderr
@@ -350,6 +351,7 @@ def test_a_killed_run_leaves_a_store_check_refuses_and_a_rerun_finishes(world):
     deadline = time.monotonic() + 30
     while not (done_log.exists() and done_log.stat().st_size > 0) and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert done_log.exists() and done_log.stat().st_size > 0, "the run recorded no unit before the kill"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     check = zarrmill_subprocess("check", "big.zarr", cwd=world / "cwd")
@@ -379,8 +381,13 @@ def test_check_refuses_what_is_not_a_finished_ome_zarr(cli, world, store):
             (path / "zarr.json").write_bytes(b'{"zarr_format": 3, "node_type": "gr')
     code, out, err = cli("check", path)
     assert code == 1 and "Traceback" not in out + err
+    reason = {"bare-group": "no OME-NGFF metadata", "array": "a bare zarr array", "no-ome": "no OME-NGFF metadata",
+              "no-version": "has no 'version'", "unfinished": "is unfinished",
+              "corrupt-json": "not valid JSON"}[store]
+    assert reason in out, out  # the reason, not only the exit code
     code, out, _ = cli("check", path, "--json")
-    assert code == 1 and json.loads(out)["ok"] is False
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and any(reason in p for p in doc["problems"]), doc
 
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "../../x", "x y", "-dash"])

@@ -5,6 +5,7 @@ import math
 
 import blosc2
 import numpy as np
+import tifffile
 import pytest
 import yaml
 import zarr
@@ -126,17 +127,20 @@ def test_random_patch_touches_at_most_the_documented_blocks(patch, block):
 
 def test_bad_input_is_one_clear_line(cli, tmp_path):
     np.save(tmp_path / "small.npy", np.zeros((10, 20, 20), np.uint16))
-    code, _, err = compress(cli, f"input={tmp_path / 'small.npy'}", f"output={tmp_path / 'o'}", "patch=[16,16,16]")
-    assert code == 2 and "patch [16, 16, 16] is larger than the image [10, 20, 20]" in err
     np.save(tmp_path / "cplx.npy", np.zeros((10, 20, 20), np.complex64))
-    code, _, err = compress(cli, f"input={tmp_path / 'cplx.npy'}", f"output={tmp_path / 'o'}", "patch=[4,4,4]")
-    assert code == 2 and "cplx.npy: pixel type complex64 is not bool, integer or float" in err
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
-    code, _, err = compress(cli, f"input={tmp_path / 'bad.npy'}", f"output={tmp_path / 'o'}", "patch=[4,4,4]")
-    assert code == 2 and "bad.npy: not a readable .npy file" in err
-    for e in (err,):
-        assert len([x for x in e.strip().splitlines() if x.startswith("zarrmill: error")]) == 1
-    assert not list((tmp_path / "o").glob("*.b2nd")) if (tmp_path / "o").exists() else True
+    (tmp_path / "same").mkdir()
+    np.save(tmp_path / "same" / "case.npy", np.zeros((10, 20, 20), np.uint16))
+    tifffile.imwrite(tmp_path / "same" / "case.tif", np.zeros((10, 20, 20), np.uint16))
+    cases = [("small.npy", "patch=[16,16,16]", "patch [16, 16, 16] is larger than the image [10, 20, 20]"),
+             ("cplx.npy", "patch=[4,4,4]", "cplx.npy: pixel type complex64 is not bool, integer or float"),
+             ("bad.npy", "patch=[4,4,4]", "bad.npy: not a readable .npy file"),
+             ("same", "patch=[4,4,4]", "both become case 'case' once the extension is removed")]
+    for name, patch, says in cases:  # every one of them one line, and nothing written
+        code, _, err = compress(cli, f"input={tmp_path / name}", f"output={tmp_path / 'o'}", patch)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("zarrmill: error: ") and says in lines[0], err
+        assert not (tmp_path / "o").exists()
 
 
 def test_tune_writes_table_plot_and_params_compress_accepts(cli, tmp_path):
