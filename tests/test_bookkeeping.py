@@ -94,3 +94,21 @@ def test_a_copy_of_a_zarrmill_store_is_not_owned_where_it_was_copied(cli, tmp_pa
                        *[a for s in (*GEN, "seed=5") for a in ("--set", s)])
     assert code == 2 and "not created by zarrmill" in err, err
     assert changes(before, snapshot(tmp_path)) == []
+
+
+def test_before_its_first_step_finished_a_store_is_known_by_its_folder(cli, tmp_path):
+    """Killed before sealing (no provenance yet), the marker still names the folder by device and
+    inode: another folder moved to that path is not zarrmill's."""
+    out = tmp_path / "img.zarr"
+    assert generate(cli, out)[0] == 0
+    owner = bookkeeping(out) / "owner.json"
+    owner.write_text(json.dumps({**json.loads(owner.read_text()), "sealed": False}))  # as if killed before
+    other = tmp_path / "other.zarr"
+    foreign_store(other)  # made while the store still exists: its inode is another one
+    shutil.rmtree(out)
+    other.rename(out)
+    before = snapshot(tmp_path)
+    code, _, err = cli("task", "generate", "--executor", "sync", "--overwrite", "--set", f"output={out}",
+                       *[a for s in (*GEN, "seed=2") for a in ("--set", s)])
+    assert code == 2 and "not created by zarrmill" in err, err
+    assert changes(before, snapshot(tmp_path)) == []

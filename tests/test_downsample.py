@@ -36,3 +36,22 @@ def test_slices_kept_whole_equal_the_whole_array_path() -> None:
     floats = x.astype(np.float32)
     np.testing.assert_allclose(downsample(floats, (1, 1, 2, 2), "mean"),
                                _reference_mean(floats, (1, 1, 2, 2)), rtol=1e-6)
+
+
+def _reference_mode(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
+    """The most frequent label of each block, the smallest one on a tie, block by block."""
+    shape = tuple(-(-n // f) for n, f in zip(x.shape, factors))
+    out = np.empty(shape, dtype=x.dtype)
+    for index in np.ndindex(*shape):
+        block = x[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factors))].ravel()
+        values, counts = np.unique(block, return_counts=True)
+        out[index] = values[counts == counts.max()].min()
+    return out
+
+
+@pytest.mark.parametrize("shape,factors", [((1, 8, 10), (1, 2, 2)), ((6, 9, 7), (2, 2, 2)), ((5, 6), (2, 3))])
+def test_mode_is_the_block_majority_smallest_on_ties(shape, factors) -> None:
+    x = np.random.default_rng(1).integers(0, 3, shape, dtype=np.uint16)  # three labels: many ties
+    np.testing.assert_array_equal(downsample(x, factors, "mode"), _reference_mode(x, factors))
+    tie = np.asarray([[[5, 2], [2, 5]]], np.uint16)  # two labels twice each: the smaller wins
+    assert downsample(tie, (1, 2, 2), "mode").item() == 2

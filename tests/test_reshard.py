@@ -219,3 +219,15 @@ def test_resharding_a_lower_level_keeps_that_levels_pixel_size(cli, tmp_path):
     assert level1[-1] == 1.0  # 0.5 um pixels, halved
     np.testing.assert_array_equal(well_image(out, "B/03")[..., :48],
                                   zarr.open_array(str(plate / "B" / "03" / "0" / "1"))[:])
+
+
+def test_fovs_are_placed_at_the_nearest_pixel_of_their_stage_position() -> None:
+    """Placement rounds (origin - well origin) / pixel size: 2.6 pixels is pixel 3, 2.4 is 2, and
+    negative offsets from the first FOV's corner cannot occur (the well origin is the minimum)."""
+    from zarrmill.io.ngff.placement import Fov, place
+
+    fovs = [Fov("FOV_1", "B/03/0", (10.0, 100.0), (4, 4)), Fov("FOV_2", "B/03/1", (10.0 + 2.6 * 0.5, 100.0 + 2.4 * 0.5),
+                                                                (4, 4))]
+    placed, origin = place(fovs, (0.5, 0.5), "first")
+    assert origin == (10.0, 100.0)
+    assert [f.pixel for f in placed] == [(0, 0), (3, 2)]
