@@ -1,9 +1,12 @@
 """Crash safety at any instant: a workflow (ingest -> pyramid -> reshard) killed with SIGKILL of its
-whole process group (as an OOM killer or a walltime does) at 20 moments spread over its run, each
+whole process group (as an OOM killer or a walltime does) at moments defined by the progress the
+run itself records (each step planning, its first unit, half its units, all its units, done), each
 followed by a plain rerun without --overwrite, ends with every file identical to an uninterrupted
-run, provenance listing every step, and exit 0."""
+run, provenance listing every step, and exit 0. Moments come from the ledger, not from wall-clock
+guesses, so a slow or a fast machine kills at the same places."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tree_digest
+from conftest import bookkeeping, tree_digest
 
 from zarrmill.runtime.provenance import read_provenance
 
-MOMENTS = 20
+STEPS = (("ingest", "plate.zarr"), ("pyramid", "plate.zarr"), ("reshard", "wells.zarr"))
+FRACTIONS = ("planning", 1, 0.5, 1.0, "done")  # where in each step: a state, or units done (count or share)
 
 
 def _workflow(path: Path, raw: Path, out: Path, executor: str) -> Path:
@@ -34,17 +38,42 @@ def _workflow(path: Path, raw: Path, out: Path, executor: str) -> Path:
     return path
 
 
-def _run(wf: Path, cwd: Path, kill_after: float | None = None) -> tuple[int, float, str]:
-    t0 = time.monotonic()
+def _progress(out: Path, step: str, store: str) -> tuple[str | None, int]:
+    """(state, units done) of a step, from its ledger beside the store."""
+    folder = bookkeeping(out / store) / "steps" / step
+    try:
+        state = json.loads((folder / "step.json").read_text()).get("state")
+    except (OSError, ValueError):
+        return None, 0
+    try:
+        done = (folder / "done.log").read_bytes().count(b"\n")
+    except OSError:
+        done = 0
+    return state, done
+
+
+def _reached(out: Path, step: str, store: str, where, n_units: int) -> bool:
+    state, done = _progress(out, step, store)
+    if where in ("planning", "done"):
+        return state == where or (where == "planning" and state is not None)
+    need = where if isinstance(where, int) else max(1, int(where * n_units))
+    return done >= need
+
+
+def _run(wf: Path, cwd: Path, out: Path | None = None, moment: tuple | None = None) -> tuple[int, str]:
+    """Run the workflow; with ``moment`` (step, store, where, units) SIGKILL its process group as
+    soon as its ledger shows that progress (polled every 2 ms)."""
     proc = subprocess.Popen([sys.executable, "-m", "zarrmill", "run", str(wf)], cwd=cwd, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        try:
-            proc.wait(kill_after)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    if moment is not None:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _reached(out, *moment):
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(0.002)
     _, err = proc.communicate(timeout=300)
-    return proc.returncode, time.monotonic() - t0, err
+    return proc.returncode, err
 
 
 def _state(out: Path) -> tuple[dict, dict]:
@@ -64,18 +93,21 @@ def test_sigkill_at_any_moment_then_plain_rerun_is_identical(cli, tmp_path, exec
     # every run writes to the same folder: metadata that names the source plate's path compares alike
     out = tmp_path / "out"
     wf = _workflow(tmp_path / "wf.yaml", raw, out, executor)
-    code, seconds, err = _run(wf, tmp_path)
+    code, err = _run(wf, tmp_path)
     assert code == 0, err
     reference = _state(out)
     assert reference[1] == {"plate.zarr": ["ingest", "pyramid"], "wells.zarr": ["reshard"]}
+    units = {step: _progress(out, step, store)[1] for step, store in STEPS}
+    assert all(n >= 2 for n in units.values()), units  # half-way is a moment of its own
 
-    killed_mid_way = 0
-    for i in range(MOMENTS):
-        shutil.rmtree(out)
-        moment = seconds * (i + 0.5) / MOMENTS
-        code, _, _ = _run(wf, tmp_path, kill_after=moment)
-        killed_mid_way += code == -signal.SIGKILL and (out / "plate.zarr").exists()
-        code, _, err = _run(wf, tmp_path)
-        assert code == 0, f"moment {i} ({moment:.2f}s): rerun failed: {err}"
-        assert _state(out) == reference, f"moment {i} ({moment:.2f}s): differs from an uninterrupted run"
-    assert killed_mid_way >= MOMENTS // 2, f"only {killed_mid_way} kills landed while the workflow was writing"
+    moments = [(step, store, where, units[step]) for step, store in STEPS for where in FRACTIONS]
+    killed = 0
+    for moment in moments:
+        shutil.rmtree(out)  # the stores and their bookkeeping beside them
+        code, _ = _run(wf, tmp_path, out, moment)
+        killed += code == -signal.SIGKILL
+        code, err = _run(wf, tmp_path)
+        assert code == 0, f"killed at {moment[:3]}: rerun failed: {err}"
+        assert _state(out) == reference, f"killed at {moment[:3]}: differs from an uninterrupted run"
+    # the last moment of a step can come after its last write; most kills land mid-way
+    assert killed >= len(moments) - len(STEPS), f"only {killed} of {len(moments)} kills landed before the run ended"
