@@ -1,6 +1,7 @@
 """CellVoyager metadata parsing against the values fractal-tasks-core's tests expect
 (tests/data/yokogawa-cv7000/README.md), on the real files, unchanged."""
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hcs_fixtures import CV
@@ -136,3 +137,65 @@ def test_channel_names_and_colours_come_from_the_measurement_settings(cli, tmp_p
     assert cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={out}")[0] == 0
     omero = json.loads((out / "B" / "03" / "0" / "zarr.json").read_text())["attributes"]["ome"]["omero"]
     assert [(c["label"], c["color"]) for c in omero["channels"]] == [("Nuclei DAPI", "0070FF"), ("Actin", "00FF00")]
+
+
+# -- what instruments write, read as written (#24 defects) -------------------------------------------
+def _plate(cli, root: Path) -> Path:
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={root}", "--set", "wells=[B03]",
+                       "--set", "grid=[1,2]", "--set", "shape=[16,24]", "--set", "z_planes=2", "--set", "channels=1")
+    assert code == 0, err
+    return root
+
+
+def test_a_record_in_a_subfolder_of_the_measurement_folder_is_read(cli, tmp_path):
+    """A CQ3000 names Projection/W....tif: a relative path inside the folder is what it wrote."""
+    from zarrmill.io.readers.cellvoyager import read_cellvoyager
+
+    raw = _plate(cli, tmp_path / "raw")
+    name = sorted(raw.glob("*F002*Z02*.tif"))[0].name
+    (raw / "Projection").mkdir()
+    (raw / name).rename(raw / "Projection" / name)
+    mlf = raw / "MeasurementData.mlf"
+    mlf.write_text(mlf.read_text().replace(f">{name}<", f">Projection/{name}<"))
+    acq = read_cellvoyager(raw)
+    assert str(raw.resolve() / "Projection" / name) in {p.path for p in acq.planes}
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
+                       "--set", f"output={tmp_path / 'p.zarr'}")
+    assert code == 0, err
+    mlf.write_text(mlf.read_text().replace(f">Projection/{name}<", f">Projection/../../{name}<"))
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
+                       "--set", f"output={tmp_path / 'q.zarr'}")
+    assert code == 2 and "must be a path inside the measurement folder" in err
+
+
+def test_two_records_for_one_plane_are_refused_naming_both(cli, tmp_path):
+    raw = _plate(cli, tmp_path / "raw")
+    mlf = raw / "MeasurementData.mlf"
+    lines = mlf.read_text().splitlines(keepends=True)
+    record = next(line for line in lines if "F001L01A01Z01C01" in line)
+    dup = record.replace("F001L01A01Z01C01.tif", "F001L01A01Z01C01-again.tif")
+    mlf.write_text("".join(lines[:-1]) + dup + lines[-1])
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
+                       "--set", f"output={tmp_path / 'p.zarr'}", "--set", "allow_extra_files=true")
+    assert code == 2 and err.count("\n") == 1 and "one plane, two files" in err
+    assert "Z01C01.tif" in err and "Z01C01-again.tif" in err
+    assert not (tmp_path / "p.zarr").exists()
+
+
+def test_the_z_step_comes_from_each_fields_own_stack(cli, tmp_path, capsys):
+    """Fields focused 0.2 um apart, each a 1 um stack: the z step is 1, not the 0.2 between the two
+    lowest z positions of all records; fields that disagree are a warning."""
+    from zarrmill.io.readers.cellvoyager import read_cellvoyager
+
+    raw = _plate(cli, tmp_path / "raw")
+    mlf = raw / "MeasurementData.mlf"
+    text = mlf.read_text()
+    shifted = [line.replace('bts:Z="0.0"', 'bts:Z="0.2"').replace('bts:Z="1.0"', 'bts:Z="1.2"')
+               if 'bts:FieldIndex="2"' in line else line for line in text.splitlines(keepends=True)]
+    mlf.write_text("".join(shifted))
+    capsys.readouterr()
+    assert read_cellvoyager(raw).z_step == 1.0
+    assert "z steps differ" not in capsys.readouterr().err
+    mlf.write_text(mlf.read_text().replace('bts:Z="1.2"', 'bts:Z="2.2"'))  # field 2 now steps 2 um
+    read_cellvoyager(raw)
+    assert "fields' z steps differ (1..2 micrometer)" in capsys.readouterr().err

@@ -12,7 +12,9 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ...errors import InputError, InputNotFoundError
+import numpy as np
+
+from ...errors import InputError, InputNotFoundError, warn
 from ..ngff.acquisition import Acquisition, Channel, Plane
 from ..storage.guard import inside
 
@@ -180,10 +182,47 @@ def parse_mlf(path: Path) -> list[dict]:
 
 
 def _image_file(folder: Path, name: str, mlf: Path) -> Path:
-    """An mlf record's file: a plain file name inside the measurement folder, never a path out."""
-    if not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise InputError(f"{mlf}: MeasurementRecord file {name!r} must be a plain file name in the measurement folder")
-    return inside(folder.resolve(), name, what="MeasurementRecord file", resolve=False)
+    """An mlf record's file: a path relative to the measurement folder that stays inside it (a
+    CQ3000 names ``Projection/W0029F0001T0001Z000C1.tif``), never one that leaves it."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or name.startswith(("/", "\\")) or ".." in parts:
+        raise InputError(f"{mlf}: MeasurementRecord file {name!r} must be a path inside the measurement folder "
+                         "(no '..', no absolute path)")
+    return inside(folder.resolve(), *parts, what="MeasurementRecord file", resolve=False)
+
+
+def _refuse_duplicates(records: list[dict], mlf: Path) -> None:
+    """Two records for one plane would silently overwrite each other."""
+    seen: dict[tuple, str] = {}
+    for r in records:
+        key = (r["row"], r["col"], r["field"], r["t"], r["ch"], r["z"])
+        if key in seen:
+            raise InputError(f"{mlf}: records {seen[key]!r} and {r['file']!r} are both row {key[0]}, column {key[1]}, "
+                             f"field {key[2]}, time point {key[3]}, channel {key[4]}, z {key[5]}; one plane, two files")
+        seen[key] = r["file"]
+
+
+def _z_step(records: list[dict], mlf: Path) -> float:
+    """The z step from the stage z of each field's own stack (fields focus at their own heights,
+    so the gap between the lowest z of all records is not a step); 1.0 with a warning when no
+    field has two planes; the median, with a warning, when fields disagree."""
+    stacks: dict[tuple, dict[int, float]] = {}
+    for r in records:
+        stacks.setdefault((r["row"], r["col"], r["field"], r["t"], r["ch"]), {})[r["z"]] = r["z_um"]
+    steps = {}
+    for key, planes in stacks.items():
+        zs = [planes[z] for z in sorted(planes)]
+        if len(zs) > 1:
+            steps[key] = float(np.median(np.abs(np.diff(zs))))
+    if not steps:
+        if any(len(p) > 1 for p in stacks.values()) or len({r["z"] for r in records}) > 1:
+            warn(mlf, "no field has two z planes with stage z; z step assumed 1.0 micrometer")
+        return 1.0
+    values = sorted(steps.values())
+    step = values[len(values) // 2]
+    if values[-1] - values[0] > 0.01 * max(step, 1e-9):
+        warn(mlf, f"fields' z steps differ ({values[0]:g}..{values[-1]:g} micrometer); using the median {step:g}")
+    return step
 
 
 def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = None) -> Acquisition:
@@ -200,6 +239,7 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
         r = outside[0]
         raise InputError(f"{mlf_path}: record {r['file']!r} is at row {r['row']}, column {r['col']}, outside the "
                          f"{detail['n_rows']} x {detail['n_cols']} plate {mrf_path.name} describes")
+    _refuse_duplicates(records, mlf_path)
     t_ids = sorted({r["t"] for r in records})
     z_ids = sorted({r["z"] for r in records})
     planes = [Plane(
@@ -207,8 +247,7 @@ def read_cellvoyager(folder: Path, mlf: str | None = None, mrf: str | None = Non
         z=z_ids.index(r["z"]), path=str(_image_file(Path(folder), r["file"], mlf_path)), x_um=r["x"],
         y_um=-r["y"], z_um=r["z_um"], time=r["time"], well_name=_well_name(r["file"]),
     ) for r in records]
-    z_positions = sorted({r["z_um"] for r in records})
-    z_step = (z_positions[1] - z_positions[0]) if len(z_positions) > 1 else 1.0
+    z_step = _z_step(records, mlf_path)
     settings = parse_mes(_settings_file(mlf_path.parent, detail["settings"], mrf_path)) if detail["settings"] else {}
     channels = [Channel(label=settings.get(c, {}).get("name") or f"CH{c:02d}", wavelength_id=f"A01_C{c:02d}",
                         color=settings.get(c, {}).get("color", "FFFFFF"), extra=detail["channels"][c])
