@@ -97,6 +97,14 @@ def test_labels_keep_only_values_present_at_level_0(cli, tmp_path):
         assert values <= level0
     # isotropic voxels: z shrinks with y and x
     assert zarr.open_array(str(img / "1")).shape == (8, 45, 35)
+    # level 1 is the 2x2x2 block mode (smallest label on a tie), block by block
+    x = np.asarray(zarr.open_array(str(img / "0"))[:])
+    want = np.empty((8, 45, 35), x.dtype)
+    for index in np.ndindex(*want.shape):
+        block = x[tuple(slice(2 * i, 2 * i + 2) for i in index)].ravel()
+        labels, counts = np.unique(block, return_counts=True)
+        want[index] = labels[counts == counts.max()].min()
+    np.testing.assert_array_equal(zarr.open_array(str(img / "1"))[:], want)
     assert "image-label" in json.loads((img / "zarr.json").read_text())["attributes"]["ome"]
     validate_store(img)
 
