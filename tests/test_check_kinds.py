@@ -191,3 +191,28 @@ def test_a_damaged_b2nd_chunk_is_found(cli, world, tmp_path):
     _damage_b2nd(copy)
     code, doc = check_json(cli, copy)
     assert code == 1 and any("case_0.b2nd: cannot be read" in p for p in doc["problems"]), doc["problems"]
+
+
+@pytest.mark.parametrize("out, damage", [
+    ("points.zarr", lambda d: d["attributes"]["zarrmill"]["patch_store"].update(n="x", patch_size=5)),
+    ("img.ome.zarr", lambda d: d["attributes"].update(zarrmill=5)),
+])
+def test_hand_edited_zarrmill_attributes_are_a_finding_not_a_crash(cli, world, tmp_path, out, damage):
+    copy = tmp_path / out
+    shutil.copytree(world / out, copy)
+    doc = json.loads((copy / "zarr.json").read_text())
+    damage(doc)
+    (copy / "zarr.json").write_text(json.dumps(doc))
+    code, text, err = cli("check", copy)
+    assert "please report" not in err and "Traceback" not in err
+    if out == "points.zarr":
+        assert code == 1 and "its metadata does not have the shape zarrmill writes" in text
+    else:
+        assert code == 0 and ": ok (image, " in text  # zarrmill's own key is not part of the image
+
+
+def test_a_b2nd_summary_of_the_wrong_shape_is_one_problem(cli, tmp_path):
+    (tmp_path / "b2" / "zarrmill").mkdir(parents=True)
+    (tmp_path / "b2" / "zarrmill" / "compress.json").write_text('{"state": "done", "cases": 5}')
+    code, text, err = cli("check", tmp_path / "b2")
+    assert code == 1 and "the output is damaged" in text and "please report" not in err

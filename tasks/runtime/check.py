@@ -38,7 +38,12 @@ def check_output(root: Path) -> CheckResult:
     root = Path(root)
     if not root.exists():
         return CheckResult("missing", [f"{root}: does not exist"])
-    result = _by_kind(root)
+    try:
+        result = _by_kind(root)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        # a marker or summary of the wrong shape (hand-edited, truncated): the finding itself
+        result = CheckResult("damaged output", [f"{root}: its metadata does not have the shape zarrmill "
+                                                f"writes ({type(err).__name__}: {err}); the output is damaged"])
     result.problems += ledger_problems(root)
     return result
 

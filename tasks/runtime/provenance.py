@@ -60,7 +60,7 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owne
 def read_provenance(root: Path) -> dict[str, Any] | None:
     try:
         return _read_provenance(Path(root))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         return None  # damaged metadata: zarrmill check reports the file itself
 
 

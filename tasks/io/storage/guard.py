@@ -408,8 +408,9 @@ def provenance_owner(root: Path) -> str | None:
         if inner == "":
             prov = doc
         else:
-            attrs = doc.get(inner, {}) if inner else doc
-            prov = attrs.get("zarrmill", {}).get("provenance", {}) if isinstance(attrs, dict) else {}
+            attrs = (doc.get(inner, {}) if inner else doc) if isinstance(doc, dict) else {}
+            ours = attrs.get("zarrmill") if isinstance(attrs, dict) else None
+            prov = ours.get("provenance", {}) if isinstance(ours, dict) else {}
         owner = prov.get("owner") if isinstance(prov, dict) else None
         if owner is not None or name != "zarr.json":
             return owner if isinstance(owner, str) else None

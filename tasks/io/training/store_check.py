@@ -21,6 +21,12 @@ COMPRESS_SUMMARY = "zarrmill/compress.json"
 SUMMARY_ATTR = "compress_set"
 
 
+def _ours(attrs: Any) -> dict[str, Any]:
+    """The ``zarrmill`` attributes of a group, {} when absent or not an object (hand-edited)."""
+    ours = attrs.get("zarrmill") if isinstance(attrs, dict) else None
+    return ours if isinstance(ours, dict) else {}
+
+
 def patch_store_meta(root: Path) -> dict[str, Any] | None:
     """The ``zarrmill.patch_store`` attributes of a zarr group, or None."""
     for name in ("zarr.json", ".zattrs"):
@@ -30,8 +36,8 @@ def patch_store_meta(root: Path) -> dict[str, Any] | None:
                 doc = json.loads(path.read_text())
             except (ValueError, UnicodeDecodeError):
                 return None
-            attrs = doc.get("attributes", {}) if name == "zarr.json" else doc
-            meta = attrs.get("zarrmill", {}).get("patch_store") if isinstance(attrs, dict) else None
+            attrs = doc.get("attributes", {}) if name == "zarr.json" and isinstance(doc, dict) else doc
+            meta = _ours(attrs).get("patch_store")
             return meta if isinstance(meta, dict) else None
     return None
 
@@ -105,7 +111,7 @@ def compress_summary(root: Path) -> dict[str, Any] | None:
                 attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
             except (ValueError, UnicodeDecodeError, AttributeError):
                 return None
-            doc = attrs.get("zarrmill", {}).get(SUMMARY_ATTR) if isinstance(attrs, dict) else None
+            doc = _ours(attrs).get(SUMMARY_ATTR)
             return doc if isinstance(doc, dict) else None
         return None
     try:
