@@ -48,7 +48,7 @@ def tree_digest(root: Path, skip_ledger: bool = True) -> dict[str, str]:
     for path in sorted(Path(root).rglob("*")):
         rel = path.relative_to(root)
         if not path.is_file() or (skip_ledger and any(is_bookkeeping_name(p) for p in rel.parts)) \
-                or path.name == "zarrmill-provenance.json":
+                or path.name == "zarrmill-provenance.json" or rel.parts[-2:] == ("zarrmill", "provenance.json"):
             continue
         data = path.read_bytes()
         if path.name in ("zarr.json", ".zattrs"):
