@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 import zarr
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
 from .errors import ConfigError, InputError
 from .io.storage.arrays import (
@@ -68,6 +68,9 @@ class Params(TaskParams):
     axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
     unit_mb: float = Field(64.0, gt=0, le=MAX_MB)
 
+    _nnunet: bool | None = PrivateAttr(None)
+    _patch: list[int] | None = PrivateAttr(None)
+
     @field_validator("output")
     @classmethod
     def _a_folder(cls, v: str) -> str:
@@ -78,7 +81,10 @@ class Params(TaskParams):
 
 
 def _nnunet(p: Params) -> bool:
-    return is_nnunet_folder(Path(p.input))
+    """Asked per source and per unit: the folder is scanned once per Params (one run)."""
+    if p._nnunet is None:
+        p._nnunet = is_nnunet_folder(Path(p.input))
+    return p._nnunet
 
 
 def _sources(p: Params) -> list[Source]:
@@ -98,7 +104,10 @@ def _nnunet_source(path: Path, name: str, member: str) -> Source:
 
 
 def patch_of(p: Params) -> list[int]:
-    return patch_for(p.input, p.patch)
+    """The patch given, or the plans file's (read once per Params)."""
+    if p._patch is None:
+        p._patch = patch_for(p.input, p.patch)
+    return p._patch
 
 
 def layout_for(p: Params, src: Source) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
@@ -280,8 +289,8 @@ def _finish_nnunet(p: Params, ctx: PlanContext, summary: dict, sources: list[Sou
     """The properties (.pkl) and every other file nnU-Net keeps in the folder, carried byte for
     byte; the note on the layout chosen in ``zarrmill/layout.md``."""
     out = Path(p.output)
-    _, others = read_cases(Path(p.input))
-    for path in [c.properties for c in read_cases(Path(p.input))[0]] + others:
+    cases, others = read_cases(Path(p.input))
+    for path in [c.properties for c in cases] + others:
         target = ctx.guard.will_create(ctx.guard.contain(out / path.name, what="nnU-Net file name"))
         atomic_write_bytes(target, path.read_bytes())
     found = plans_patch_size(Path(p.input))

@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 import yaml
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
@@ -46,20 +46,28 @@ class Params(TaskParams):
     layouts: list[Literal["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]] = Field(
         default_factory=lambda: list(LAYOUTS))
 
+    _patch: list[int] | None = PrivateAttr(None)
+    _nnunet_data: list[Path] | None = PrivateAttr(None)
+
 
 def _candidates(p: Params) -> list[dict]:
     return [{"layout": lay, "codec": c, "clevel": lv, "filter": f} for lay in p.layouts for c, lv in CODECS for f in FILTERS]
 
 
 def _patch(p: Params) -> list[int]:
-    return patch_for(p.input, p.patch)
+    """The patch given, or the plans file's (read once per Params)."""
+    if p._patch is None:
+        p._patch = patch_for(p.input, p.patch)
+    return p._patch
 
 
 def _nnunet_data(p: Params) -> list[Path]:
-    """The data files of the first cases of an nnU-Net folder ([] for any other input)."""
-    if not is_nnunet_folder(Path(p.input)):
-        return []
-    return [c.data for c in read_cases(Path(p.input))[0][:p.sample_cases]]
+    """The data files of the first cases of an nnU-Net folder ([] for any other input); the
+    folder is scanned once per Params."""
+    if p._nnunet_data is None:
+        p._nnunet_data = ([c.data for c in read_cases(Path(p.input))[0][:p.sample_cases]]
+                          if is_nnunet_folder(Path(p.input)) else [])
+    return p._nnunet_data
 
 
 def _samples(p: Params):
