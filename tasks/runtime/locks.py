@@ -1,7 +1,7 @@
 """Locks for runs that may overlap (cron fired twice, a slow run still going, two sbatch jobs on
 different nodes): per dataset in scheduled runs, per output store in every run.
 
-A lock is a file created with ``O_CREAT | O_EXCL`` (atomic on local file systems and on NFSv3+),
+A lock is a file hard-linked into place, create-only, holder already written (atomic on local file systems and NFS),
 holding host, pid and a token; its holder refreshes the file's mtime as a heartbeat (a lease). A
 lock whose holder is dead (same host, pid gone) or whose heartbeat is older than ``stale_after`` may
 be taken over. Taking over is serialised by a second exclusive file, ``<lock>.takeover``: only its
@@ -45,15 +45,21 @@ class DatasetLock:
 
     def _create(self, path: Path) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as fh:
+        # the holder is written first, then hard-linked into place (create-only, atomic on local
+        # file systems and NFS): a kill can never leave a lock file without its holder, which no
+        # rerun could take over before the lease went stale (tests/test_kill.py found one)
+        tmp = path.with_name(f"{path.name}.{self.token}.{os.getpid()}.partial")
+        with open(tmp, "w") as fh:
             json.dump({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                        "since": time.time()}, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
         return True
 
     def holder(self) -> dict | None:
