@@ -1,31 +1,46 @@
-"""Generate a synthetic Yokogawa CellVoyager measurement folder: MeasurementData.mlf,
-MeasurementDetail.mrf and one TIFF per plane, with realistic blobs that continue across
-neighbouring fields (so a resharded well looks like a stitched one).
+"""Generate a synthetic instrument folder, in the layout and with the metadata the instrument
+writes (``format``: CellVoyager, CQ3000, MetaXpress as acquired or exported with an .HTD,
+ImageXpress HCS.ai, Operetta / Opera Phenix, scanR; one writer module each in io/synthetic/), with
+realistic blobs that continue across neighbouring fields (so a resharded well looks like a
+stitched one).
 
-For demos, tests and benchmarks of ``ingest`` and ``reshard``. Fields sit on a grid per well,
-optionally overlapping and with seeded stage jitter (irregular positions). One unit per field; the
-mlf and mrf are written last, like an acquisition that has finished."""
+For demos, tests and benchmarks of ``ingest`` and ``reshard``, and to try each reader without an
+instrument. Fields sit on a grid per well, optionally overlapping and with seeded stage jitter
+(irregular positions). One unit per field; metadata files are written last, like an acquisition
+that has finished."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
-from .io.storage.atomic import atomic_write_bytes
-from .io.synthetic.cellvoyager import (
-    FieldSpec,
-    layout,
-    mlf_text,
-    mrf_text,
-    render_field,
-    write_field_tiffs,
-)
+from .io.synthetic import cellvoyager, cq, hcsai, metaxpress, operetta, scanr
+from .io.synthetic.cellvoyager import FieldSpec, layout, render_field
+from .io.synthetic.plate_spec import PlateSpec
 from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams, Unit
+
+
+class _HtdExport:
+    """MetaXpress's plate export: the as-acquired files plus an .HTD."""
+    write_field = staticmethod(metaxpress.write_field)
+    finish = staticmethod(metaxpress.finish_htd)
+
+
+WRITERS: dict[str, ModuleType | type] = {"cellvoyager": cellvoyager, "cq": cq, "metaxpress": metaxpress,
+                                         "imagexpress": _HtdExport, "hcsai": hcsai, "operetta": operetta,
+                                         "scanr": scanr}
 
 
 class Params(TaskParams):
     output: str = Field(description="folder to write the measurement into (created)")
+    format: Literal["cellvoyager", "cq", "metaxpress", "imagexpress", "hcsai", "operetta", "scanr"] = Field(
+        "cellvoyager", description="instrument layout: cellvoyager (CV7000/CV8000), cq (CQ3000), metaxpress (as "
+        "acquired, no .HTD), imagexpress (MetaXpress export with .HTD), hcsai (ImageXpress HCS.ai), operetta "
+        "(Harmony export), scanr")
+    projections: bool = Field(False, description="cq, metaxpress: also write the z projections the instrument "
+                              "writes beside each stack (needs z_planes > 1)")
     plate: str = Field("synthetic-plate", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
                        description="plate name (file name prefix): letters, digits, '.', '_', '-'")
     wells: list[Annotated[str, StringConstraints(pattern=r"^[A-Z]{1,2}[0-9]{2}$")]] = Field(
@@ -48,6 +63,17 @@ class Params(TaskParams):
         return layout(self.wells, (self.grid[0], self.grid[1]), (self.shape[0], self.shape[1]),
                       self.pixel_size, self.overlap, self.jitter_um, self.seed)
 
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        if self.projections and (self.format not in ("cq", "metaxpress", "imagexpress") or self.z_planes < 2):
+            raise ValueError("projections is for cq, metaxpress and imagexpress stacks (z_planes > 1)")
+        return self
+
+    def spec(self) -> PlateSpec:
+        return PlateSpec(self.plate, (self.plate_shape[0], self.plate_shape[1]), self.channels, self.z_planes,
+                         self.z_step, self.pixel_size, (self.shape[0], self.shape[1]), self.dtype, self.projections,
+                         self.seed)
+
     def well_canvas(self) -> tuple[int, int, int]:
         return (self.z_planes, self.grid[0] * self.shape[0] + 100, self.grid[1] * self.shape[1] + 100)
 
@@ -62,17 +88,11 @@ def run_unit(p: Params, unit: Unit) -> int:
     n_blobs = p.blobs_per_field * p.grid[0] * p.grid[1]
     pixels = [render_field(fs, p.well_canvas(), (p.shape[0], p.shape[1]), p.z_planes, c, p.dtype, p.seed,
                            n_blobs, p.blob_radius) for c in range(p.channels)]
-    return write_field_tiffs(Path(p.output), p.plate, pixels, fs)
+    return WRITERS[p.format].write_field(Path(p.output), p.spec(), fs, pixels)
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
-    out = Path(p.output)
-    bit_depth = 8 if p.dtype == "uint8" else 16
-    atomic_write_bytes(out / "MeasurementDetail.mrf", mrf_text(
-        p.plate, p.plate_shape[0], p.plate_shape[1], p.channels, (p.shape[0], p.shape[1]), p.pixel_size,
-        bit_depth, n_fields=p.grid[0] * p.grid[1], n_z=p.z_planes).encode())
-    atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(p.fields(), p.plate, p.z_planes, p.channels,
-                                                             p.z_step).encode())
+    WRITERS[p.format].finish(Path(p.output), p.spec(), p.fields())
 
 
 def describe_unit(unit: Unit) -> str:

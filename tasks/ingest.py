@@ -1,8 +1,8 @@
-"""Ingest raw microscopy into OME-Zarr: CellVoyager and ImageXpress plates, filename-pattern series, single files.
+"""Ingest raw microscopy into OME-Zarr: instrument plates, filename-pattern series, single files.
 
-- ``cellvoyager``: a Yokogawa CV7000/CV8000 measurement folder (MeasurementData.mlf + MeasurementDetail.mrf),
-  found up to three levels below input.
-- ``imagexpress``: a MetaXpress plate folder (.HTD, TimePoint_N/ZStep_N, MetaMorph tags; tasks/io/readers/imagexpress.py).
+- instrument folders (``cellvoyager``, ``cq``, ``imagexpress``, ``metaxpress``, ``hcsai``, ``operetta``,
+  ``scanr``): one reader module each under tasks/io/readers/ (registry.py lists them), found from
+  the folder's own marker files up to three levels below input.
 - ``pattern``: files named like ``{plate}_{well}_s{field}_w{channel}.tif`` (+ optional positions CSV).
 - ``image``: one TIFF / OME-TIFF / .npy volume -> one OME-Zarr image (not a plate).
 
@@ -33,8 +33,7 @@ from .io.storage.arrays import (
     region_slices,
     write_region,
 )
-from .io.readers.cellvoyager import unlisted_images
-from .io.readers.registry import ReadOptions, reader
+from .io.readers.registry import PLATE_READERS, ReadOptions, reader
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,
@@ -60,12 +59,13 @@ WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside t
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
 def read_acquisition(p: Params) -> Acquisition:
-    plate_reader = reader(p.resolved_format())
-    if p.projections == "only" and p.resolved_format() != "imagexpress":
-        raise ConfigError(f"{p.input}: projections: only is for ImageXpress plates; this input is {p.resolved_format()}")
+    fmt = p.resolved_format()
+    plate_reader = reader(fmt)
+    _refuse_foreign_options(p, fmt, plate_reader.options if plate_reader else PATTERN_OPTIONS.get(fmt, frozenset()))
     if plate_reader is not None:
+        shape = tuple(p.plate_shape) if "plate_shape" in p.model_fields_set else None
         acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf,
-                                                           projections=p.projections == "only"))
+                                                           projections=p.projections == "only", plate_shape=shape))
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
@@ -76,6 +76,24 @@ def read_acquisition(p: Params) -> Acquisition:
         for ch, name in zip(acq.channels, p.channel_names):
             ch.label = name
     return acq
+
+
+# reader-specific options (registry.PlateReader.options), and those of the readers not listed there
+READER_OPTIONS = frozenset().union(*(r.options for r in PLATE_READERS)) | {"pattern", "positions", "grid_columns", "axes"}
+PATTERN_OPTIONS = {"pattern": frozenset({"pattern", "positions", "grid_columns", "plate_shape"}),
+                   "image": frozenset({"axes"})}
+
+
+def _refuse_foreign_options(p: Params, fmt: str, takes: frozenset[str]) -> None:
+    """An option set for another format would be silently ignored: one line instead."""
+    given = [name for name in sorted(READER_OPTIONS - takes) if name in p.model_fields_set
+             and getattr(p, name) not in (None, "skip")]
+    if given:
+        owners = {name: "/".join([r.format for r in PLATE_READERS if name in r.options]
+                                 + [f for f, opts in PATTERN_OPTIONS.items() if name in opts]) for name in given}
+        said = ", ".join(f"{n} is for {owners[n]}" for n in given)
+        raise ConfigError(f"{p.input}: {said}; this input is {fmt} "
+                          f"(remove {'it' if len(given) == 1 else 'them'})")
 
 
 def _read_pattern(p: Params, first: Path | None) -> Acquisition:
@@ -104,11 +122,9 @@ def validate_files(p: Params, acq: Acquisition) -> list[str]:
                 else "listed files are missing")
         raise InputError(f"{len(missing)} {what}, e.g. {_names(missing)} "
                          f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
-    if p.resolved_format() == "cellvoyager" and not p.allow_extra_files:
-        extra = unlisted_images(Path(acq.source).parent, acq)  # the measurement folder may lie below input
-        if extra:
-            raise InputError(f"{p.input}: {len(extra)} image files are not listed in the mlf, e.g. "
-                             f"{_names(extra)} (wrong mlf? set allow_extra_files: true to ignore them)")
+    if acq.unlisted and not p.allow_extra_files:
+        raise InputError(f"{acq.source}: {len(acq.unlisted)} image files are not listed in this metadata, e.g. "
+                         f"{_names(acq.unlisted)} (wrong metadata file? set allow_extra_files: true to ignore them)")
     if p.check_headers:
         expected = (tuple(acq.image_shape_yx), acq.dtype)
         bad = []

@@ -20,30 +20,36 @@ from .runtime.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, Positiv
 class Params(TaskParams):
     input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
     output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
-    format: Literal["auto", "cellvoyager", "imagexpress", "pattern", "scenes", "image"] = Field(
-        "auto", description="auto: `pattern` given is pattern, a folder with an .HTD is imagexpress, one with a .mlf "
-        "is cellvoyager; a file is scenes (a plate of its scenes, through bioio) if it is CZI/ND2/LIF/... or an "
-        "OME-TIFF of several series, else image")
-    mlf: str | None = Field(None, description="cellvoyager: mlf file name (default MeasurementData.mlf)")
-    mrf: str | None = Field(None, description="cellvoyager: mrf file name (default MeasurementDetail.mrf)")
+    format: Literal["auto", "cellvoyager", "cq", "imagexpress", "metaxpress", "hcsai", "operetta", "scanr", "pattern",
+                    "scenes", "image"] = Field(
+        "auto", description="auto: `pattern` given is pattern; a folder is the one instrument whose marker files are "
+        "there (up to 3 levels down): .mlf + CV mrf cellvoyager, .mlf + CQ mrf cq, .HTD imagexpress, MetaXpress-named "
+        "TIFFs without .HTD metaxpress, experiment/*.jdce hcsai, Index(.idx).xml operetta, data/metadata.ome.xml scanr; "
+        "a file is scenes (a plate of its scenes, through bioio) if it is CZI/ND2/LIF/... or an OME-TIFF of several "
+        "series, else image")
+    mlf: str | None = Field(None, description="cellvoyager, cq: mlf file name (default MeasurementData.mlf)")
+    mrf: str | None = Field(None, description="cellvoyager, cq: mrf file name (default MeasurementDetail.mrf)")
     pattern: str | None = Field(None, description="pattern: e.g. '{plate}_{well}_s{field}_w{channel}.tif'")
     positions: str | None = Field(None, description="pattern: CSV with well,field,x,y[,z] in micrometer")
     grid_columns: int | None = Field(None, ge=1, le=MAX_COUNT, description="pattern without positions: fields per grid row (default: square)")
-    pixel_size: list[PositiveFloat] | None = Field(None, description="pattern/image: [y, x] or [z, y, x] micrometer (overrides the file)")
-    plate_shape: PlateShape = Field([8, 12], description="pattern: plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
+    pixel_size: list[PositiveFloat] | None = Field(None, description="[y, x] or [z, y, x] micrometer: overrides what the "
+                                                   "files or metadata say (any format)")
+    plate_shape: PlateShape = Field([8, 12], description="pattern, metaxpress, hcsai, scanr (formats that record no plate "
+                                    "format): plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
     channel_names: list[str] | None = Field(None, description="channel labels in channel order")
     axes: str | None = Field(None, description="image: axes of the file (e.g. 'zcyx'), when it does not say")
     missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
-    allow_extra_files: bool = Field(False, description="cellvoyager: accept image files the mlf does not list")
+    allow_extra_files: bool = Field(False, description="instrument folders: accept image files the metadata does not list")
     check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
     ngff_version: NgffVersion = "0.5"
     chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
     # LZ4 + bitshuffle: on 16-bit microscopy planes 3x faster to write than zstd-3 for ~4% less
     # compression (1080x1280 uint16: 4.0 vs 12.8 ms/plane, ratio 2.34 vs 2.43)
     codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="bitshuffle"))
-    projections: Literal["skip", "only"] = Field("skip", description="imagexpress: the z projections MetaXpress "
-                                                  "writes beside ZStep_ folders: skip them, or ingest only them (a plate "
-                                                  "of 2D projections, its own output; ingest twice for both)")
+    projections: Literal["skip", "only"] = Field("skip", description="imagexpress, metaxpress, cq, hcsai: z projections "
+                                                  "the instrument wrote beside the stacks: skip them where a channel has "
+                                                  "its stack, or ingest only them (a plate of 2D projections, its own "
+                                                  "output; ingest twice for both)")
     well_names: Literal["plate", "fractal"] = Field("plate", description="1536-well plates: plate = rows A..AF, "
                                                      "columns 01..48; fractal = as Fractal names them (B03.a1 -> Ba/031)")
     layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
@@ -93,5 +99,5 @@ class Params(TaskParams):
             return "pattern"
         found = detect(path)
         if found is None:
-            raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, imagexpress, pattern, scenes, image)")
+            raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, cq, imagexpress, metaxpress, hcsai, operetta, scanr, pattern, scenes, image)")
         return found

@@ -165,7 +165,7 @@ def test_a_record_in_a_subfolder_of_the_measurement_folder_is_read(cli, tmp_path
     mlf.write_text(mlf.read_text().replace(f">Projection/{name}<", f">Projection/../../{name}<"))
     code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
                        "--set", f"output={tmp_path / 'q.zarr'}")
-    assert code == 2 and "must be a path inside the measurement folder" in err
+    assert code == 2 and "must be a path inside" in err
 
 
 def test_two_records_for_one_plane_are_refused_naming_both(cli, tmp_path):

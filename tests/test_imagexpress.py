@@ -108,7 +108,7 @@ def test_two_htd_files_and_a_duplicate_plane_are_one_line(cli, tmp_path):
     (dup.parent / ("MyPlate_B03_s1_w1" + str(uuid.uuid4()).upper() + ".tif")).write_bytes(dup.read_bytes())
     code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={raw}",
                        "--set", f"output={tmp_path / 'p.zarr'}")
-    assert code == 2 and "are the same plane (well B03, site 1, wavelength 1, z 1" in err, err
+    assert code == 2 and "are both well B03, field 1, time point 1, channel 1, z 1: one plane, two files" in err, err
     (plate.parent / "Other.HTD").write_text('"XWells", 12\n"YWells", 8\n')
     (plate / "Copy.HTD").write_text('"XWells", 12\n"YWells", 8\n')
     code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={plate}",
@@ -138,7 +138,7 @@ def test_projections_on_request_are_their_own_plate_of_2d_images(cli, tmp_path):
     assert code == 0, err
     code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'cv'}",
                        "--set", f"output={tmp_path / 'x.zarr'}", "--set", "projections=only")
-    assert code == 2 and "projections: only is for ImageXpress" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "projections is for cq/imagexpress/metaxpress/hcsai; this input is cellvoyager" in err and len(err.strip().splitlines()) == 1
     for f in raw.rglob("*.tif"):
         if f.parent.name.startswith("TimePoint_") and "_thumb" not in f.name:
             f.unlink()  # the projections

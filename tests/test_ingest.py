@@ -226,7 +226,7 @@ def test_extra_unlisted_image(cli, tmp_path):
     folder = cv_folder(tmp_path)
     tifffile.imwrite(folder / "myplate_B03_T0002F003L01A01Z01C01.tif", np.zeros(SMALL, np.uint16))
     code, _, err = ingest(cli, folder, tmp_path / "p.zarr")
-    assert_one_line_and_no_valid_output(code, err, tmp_path / "p.zarr", "not listed in the mlf",
+    assert_one_line_and_no_valid_output(code, err, tmp_path / "p.zarr", "not listed in this metadata",
                                         "F003")
 
 

@@ -48,6 +48,7 @@ class Acquisition:
     bit_depth: int | None = None
     source: str = ""
     well_names: str = "plate"  # "fractal": 1536-well plates named as Fractal names them (Ba/031)
+    unlisted: list[str] = field(default_factory=list)  # instrument image files no record names
 
     def row_label(self, row: int) -> str:
         """The plate row's name in the output (NGFF row path)."""

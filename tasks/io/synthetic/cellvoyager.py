@@ -105,3 +105,16 @@ def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], f
             tifffile.imwrite(folder / tiff_name(plate, fs.well, 1, fs.index, z, ch), plane)
             nbytes += plane.nbytes
     return nbytes
+
+
+def write_field(out: Path, spec, fs: FieldSpec, pixels_czyx: list[np.ndarray]) -> int:
+    return write_field_tiffs(out, spec.plate, pixels_czyx, fs)
+
+
+def finish(out: Path, spec, fields: list[FieldSpec]) -> None:
+    from ..storage.atomic import atomic_write_bytes
+
+    atomic_write_bytes(out / "MeasurementDetail.mrf", mrf_text(
+        spec.plate, spec.plate_shape[0], spec.plate_shape[1], spec.n_c, spec.shape, spec.pixel_size, spec.bit_depth,
+        n_fields=len({f.index for f in fields}), n_z=spec.n_z).encode())
+    atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step).encode())
