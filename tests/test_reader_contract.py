@@ -29,8 +29,18 @@ def scenes(cli, root: Path) -> Path:
     return root / "positions.ome.tif"
 
 
+def generated(fmt: str):
+    def make(cli, root: Path) -> Path:
+        code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={root / fmt}",
+                           "--set", f"format={fmt}", "--set", "wells=[B03,C04]", "--set", "grid=[1,2]",
+                           "--set", "shape=[16,24]", "--set", "z_planes=2")
+        assert code == 0, err
+        return root / fmt
+    return make
+
+
 SAMPLES = {"cellvoyager": cellvoyager, "imagexpress": lambda cli, root: imagexpress_folder(root / "ix"),
-           "scenes": scenes}
+           "scenes": scenes, **{f: generated(f) for f in ("cq", "metaxpress", "hcsai", "operetta", "scanr")}}
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

@@ -75,8 +75,9 @@ def is_multi_scene(path: Path) -> bool:
         try:
             with tifffile.TiffFile(path) as tf:
                 return bool(tf.is_ome) and len(tf.series) > 1
-        except Exception:  # noqa: BLE001 - the image reader will name what is wrong
-            return False
+        except Exception as err:  # noqa: BLE001 - a damaged file is not "a single image"
+            raise InputError(f"{path}: cannot read the TIFF's structure ({type(err).__name__}: {err}); "
+                             "is the file complete?") from None
     return False
 
 
