@@ -49,6 +49,7 @@ class Params(TaskParams):
     shape: list[PositiveInt] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
     channels: int = Field(2, ge=1, le=8)
     z_planes: int = Field(1, ge=1, le=MAX_INDEX)
+    timepoints: int = Field(1, ge=1, le=MAX_INDEX, description="time points (each field imaged again; blobs move)")
     z_step: float = Field(1.0, gt=0, le=MAX_UM)
     pixel_size: float = Field(0.325, gt=0, le=MAX_UM, description="micrometer per pixel")
     overlap: float = Field(0.0, ge=0, lt=0.5, description="fraction of a field shared with its neighbour")
@@ -72,7 +73,7 @@ class Params(TaskParams):
     def spec(self) -> PlateSpec:
         return PlateSpec(self.plate, (self.plate_shape[0], self.plate_shape[1]), self.channels, self.z_planes,
                          self.z_step, self.pixel_size, (self.shape[0], self.shape[1]), self.dtype, self.projections,
-                         self.seed)
+                         self.seed, self.timepoints)
 
     def well_canvas(self) -> tuple[int, int, int]:
         return (self.z_planes, self.grid[0] * self.shape[0] + 100, self.grid[1] * self.shape[1] + 100)
@@ -86,9 +87,12 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 def run_unit(p: Params, unit: Unit) -> int:
     fs = p.fields()[unit["field"]]
     n_blobs = p.blobs_per_field * p.grid[0] * p.grid[1]
-    pixels = [render_field(fs, p.well_canvas(), (p.shape[0], p.shape[1]), p.z_planes, c, p.dtype, p.seed,
-                           n_blobs, p.blob_radius) for c in range(p.channels)]
-    return WRITERS[p.format].write_field(Path(p.output), p.spec(), fs, pixels)
+    written = 0
+    for t in range(p.timepoints):  # time point 0 keeps the seed: a single time point is what it always was
+        pixels = [render_field(fs, p.well_canvas(), (p.shape[0], p.shape[1]), p.z_planes, c, p.dtype,
+                               p.seed + 104_729 * t, n_blobs, p.blob_radius) for c in range(p.channels)]
+        written += WRITERS[p.format].write_field(Path(p.output), p.spec(), fs, pixels, t)
+    return written
 
 
 def finish(p: Params, ctx: PlanContext) -> None:

@@ -68,15 +68,15 @@ def mlf_record(fs: FieldSpec, plate: str, t: int, z: int, ch: int, z_step: float
             f'</bts:MeasurementRecord>')
 
 
-def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float) -> str:
-    records = [mlf_record(fs, plate, 1, z, ch, z_step) for fs in fields
+def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float, n_t: int = 1) -> str:
+    records = [mlf_record(fs, plate, t, z, ch, z_step) for t in range(1, n_t + 1) for fs in fields
                for z in range(1, n_z + 1) for ch in range(1, n_c + 1)]
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementData bts:Version="1.0" xmlns:bts="{BTS}">\n'
             + "\n".join(records) + "\n</bts:MeasurementData>\n")
 
 
 def mrf_text(plate: str, n_rows: int, n_cols: int, n_c: int, shape: tuple[int, int], pixel_um: float,
-             bit_depth: int, n_fields: int = 1, n_z: int = 1) -> str:
+             bit_depth: int, n_fields: int = 1, n_z: int = 1, n_t: int = 1) -> str:
     """Every attribute a CV7000 (R1.17) writes, so instrument parsers (Fractal's among them)
     accept the folder; the settings files it names (.mes, .wpi, .wpp) are not written."""
     channels = "\n".join(
@@ -90,25 +90,25 @@ def mrf_text(plate: str, n_rows: int, n_cols: int, n_c: int, shape: tuple[int, i
             f'bts:OperatorName="zarrmill" bts:Title="{name}" bts:Application="" '
             f'bts:BeginTime="2024-05-01T10:00:00.000000+00:00" bts:EndTime="2024-05-01T11:00:00.000000+00:00" '
             f'bts:MeasurementSettingFileName="{name}.mes" bts:ColumnCount="{n_cols}" bts:RowCount="{n_rows}" '
-            f'bts:TimePointCount="1" bts:FieldCount="{n_fields}" bts:ZCount="{n_z}" '
+            f'bts:TimePointCount="{n_t}" bts:FieldCount="{n_fields}" bts:ZCount="{n_z}" '
             f'bts:TargetSystem="CV7000 FD" bts:ReleaseNumber="R1.17.05" xmlns:bts="{BTS}">\n'
             f'  <bts:MeasurementSamplePlate bts:Name="{name}" bts:WellPlateFileName="{name}.wpi" '
             f'bts:WellPlateProductFileName="synthetic_{n_rows * n_cols}well.wpp" />\n{channels}\n</bts:MeasurementDetail>\n')
 
 
-def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], fs: FieldSpec) -> int:
+def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], fs: FieldSpec, t: int = 0) -> int:
     import tifffile
 
     nbytes = 0
     for ch, zyx in enumerate(pixels_czyx, start=1):
         for z, plane in enumerate(zyx, start=1):
-            tifffile.imwrite(folder / tiff_name(plate, fs.well, 1, fs.index, z, ch), plane)
+            tifffile.imwrite(folder / tiff_name(plate, fs.well, t + 1, fs.index, z, ch), plane)
             nbytes += plane.nbytes
     return nbytes
 
 
-def write_field(out: Path, spec, fs: FieldSpec, pixels_czyx: list[np.ndarray]) -> int:
-    return write_field_tiffs(out, spec.plate, pixels_czyx, fs)
+def write_field(out: Path, spec, fs: FieldSpec, pixels_czyx: list[np.ndarray], t: int = 0) -> int:
+    return write_field_tiffs(out, spec.plate, pixels_czyx, fs, t)
 
 
 def finish(out: Path, spec, fields: list[FieldSpec]) -> None:
@@ -116,5 +116,5 @@ def finish(out: Path, spec, fields: list[FieldSpec]) -> None:
 
     atomic_write_bytes(out / "MeasurementDetail.mrf", mrf_text(
         spec.plate, spec.plate_shape[0], spec.plate_shape[1], spec.n_c, spec.shape, spec.pixel_size, spec.bit_depth,
-        n_fields=len({f.index for f in fields}), n_z=spec.n_z).encode())
-    atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step).encode())
+        n_fields=len({f.index for f in fields}), n_z=spec.n_z, n_t=spec.n_t).encode())
+    atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step, spec.n_t).encode())

@@ -20,18 +20,18 @@ COLUMNS = ("Row", "Column", "Well", "Field", "Wavelength", "Timepoint", "ZIndex"
            "PositionYUm", "PositionZUm", "TimeStampSec", "ExposureTimeMs")
 
 
-def name(spec: PlateSpec, fs: FieldSpec, w: int, z: int) -> str:
-    return f"{spec.plate}_{fs.well}_f{fs.index}_w{w}_z{z}.tif"
+def name(spec: PlateSpec, fs: FieldSpec, w: int, z: int, t: int = 0) -> str:
+    return f"{spec.plate}_{fs.well}_f{fs.index}_w{w}_z{z}_t{t}.tif"
 
 
-def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray]) -> int:
+def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray], t: int = 0) -> int:
     import tifffile
 
-    folder = out / "experiment" / "timepoint0"
+    folder = out / "experiment" / f"timepoint{t}"
     folder.mkdir(parents=True, exist_ok=True)
     for w, zyx in enumerate(pixels_czyx):
         for z, plane in enumerate(zyx):
-            tifffile.imwrite(folder / name(spec, fs, w, z), plane)
+            tifffile.imwrite(folder / name(spec, fs, w, z, t), plane)
     return sum(p.nbytes for p in pixels_czyx)
 
 
@@ -49,17 +49,20 @@ def finish(out: Path, spec: PlateSpec, fields: list[FieldSpec]) -> None:
             "Wavelengths": wavelengths,
             "PlateMap": {"ZDimensionParameters": {"Enabled": spec.n_z > 1, "Step": spec.z_step if spec.n_z > 1 else 0.0,
                                                   "NumberOfSlices": spec.n_z, "Variable": False},
-                         "TimeSchedule": {"Enabled": False, "NumberOfTimepoints": 1, "Times": [{"Ms": 0}],
+                         "TimeSchedule": {"Enabled": spec.n_t > 1, "NumberOfTimepoints": spec.n_t,
+                                          "Times": [{"Ms": 600_000 * t} for t in range(spec.n_t)],
                                           "Variable": False}}}}}
     table = io.StringIO()
     writer = csv.writer(table, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for fs in fields:
-        r, c = well_rc(fs.well)
-        for w in range(spec.n_c):
-            for z in range(spec.n_z):
-                writer.writerow([r, c, fs.well, fs.index, w, 0, z, spec.shape[1], spec.shape[0], "timepoint0",
-                                 name(spec, fs, w, z), fs.x_um, fs.y_um, fs.x_um, fs.y_um, spec.z_um(z), 0.0, 100.0])
+    for t in range(spec.n_t):
+        for fs in fields:
+            r, c = well_rc(fs.well)
+            for w in range(spec.n_c):
+                for z in range(spec.n_z):
+                    writer.writerow([r, c, fs.well, fs.index, w, t, z, spec.shape[1], spec.shape[0], f"timepoint{t}",
+                                     name(spec, fs, w, z, t), fs.x_um, fs.y_um, fs.x_um, fs.y_um, spec.z_um(z),
+                                     600.0 * t, 100.0])
     folder = out / "experiment"
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(folder / f"image_metadata_{spec.plate}.csv", table.getvalue().encode())

@@ -45,14 +45,16 @@ def _write(folder: Path, spec: PlateSpec, fs: FieldSpec, wave: int, plane: np.nd
 
     stem = f"{spec.plate}_{fs.well}_s{fs.index}_w{wave}"
     folder.mkdir(parents=True, exist_ok=True)
-    rel = folder.name
+    rel = f"{folder.parent.name}/{folder.name}"
     tifffile.imwrite(folder / f"{stem}{spec.uuid(rel, stem)}.tif", plane, description=tags, software="MetaSeries",
                      metadata=None)
     tifffile.imwrite(folder / f"{stem}_thumb{spec.uuid(rel, stem, 'thumb')}.tif", plane[::4, ::4])
 
 
-def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray]) -> int:
+def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray], t: int = 0) -> int:
     root = acquisition_folder(out, spec)
+    if spec.n_t > 1:  # a time series: one TimePoint_ folder per time point
+        root = root / f"TimePoint_{t + 1}"
     nbytes = 0
     for wave, zyx in enumerate(pixels_czyx, start=1):
         if spec.n_z == 1:
@@ -75,7 +77,7 @@ def finish_htd(out: Path, spec: PlateSpec, fields: list[FieldSpec]) -> None:
     waves = "".join(f'"WaveName{w}", "{spec.channel(w - 1)[0]}"\n' for w in range(1, spec.n_c + 1))
     sites = len({f.index for f in fields})
     atomic_write_bytes(acquisition_folder(out, spec) / f"{spec.plate}.HTD", (
-        '"HTSInfoFile", Version 1.0\n"Description", "zarrmill synthetic plate"\n"TimePoints", 1\n'
+        '"HTSInfoFile", Version 1.0\n"Description", "zarrmill synthetic plate"\n"TimePoints", {spec.n_t}\n'
         f'"ZSeries", {"TRUE" if spec.n_z > 1 else "FALSE"}\n"ZSteps", {spec.n_z}\n'
         f'"XWells", {spec.plate_shape[1]}\n"YWells", {spec.plate_shape[0]}\n"XSites", 1\n"YSites", {sites}\n'
         f'"Waves", TRUE\n"NWavelengths", {spec.n_c}\n' + waves + '"EndFile"\n').encode("latin-1"))

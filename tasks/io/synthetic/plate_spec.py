@@ -24,6 +24,7 @@ class PlateSpec:
     dtype: str
     projections: bool  # also write z projections beside the stacks (formats whose instruments do)
     seed: int
+    n_t: int = 1  # time points
 
     @property
     def bit_depth(self) -> int:

@@ -17,18 +17,18 @@ from .plate_spec import PlateSpec
 NS = "http://www.openmicroscopy.org/Schemas/OME/2016-06"
 
 
-def name(spec: PlateSpec, fs: FieldSpec, z: int, c: int) -> str:
-    return (f"{fs.well}--W{spec.well_index(fs.well):05d}--P{fs.index:05d}--Z{z:05d}--T00000--"
+def name(spec: PlateSpec, fs: FieldSpec, z: int, c: int, t: int = 0) -> str:
+    return (f"{fs.well}--W{spec.well_index(fs.well):05d}--P{fs.index:05d}--Z{z:05d}--T{t:05d}--"
             f"{spec.channel(c)[0]}.tif")
 
 
-def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray]) -> int:
+def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.ndarray], t: int = 0) -> int:
     import tifffile
 
     (out / "data").mkdir(parents=True, exist_ok=True)
     for c, zyx in enumerate(pixels_czyx):
         for z, plane in enumerate(zyx):
-            tifffile.imwrite(out / "data" / name(spec, fs, z, c), plane)
+            tifffile.imwrite(out / "data" / name(spec, fs, z, c, t), plane)
     return sum(p.nbytes for p in pixels_czyx)
 
 
@@ -37,17 +37,17 @@ def _image(spec: PlateSpec, fs: FieldSpec, i: int) -> str:
     channels = "".join(f'<Channel ID="Channel:{i}:{c}" Name="{escape(spec.channel(c)[0])}" SamplesPerPixel="1"'
                        f'{" EmissionWavelength=" + chr(34) + str(spec.channel(c)[1]) + chr(34) if spec.channel(c)[1] else ""}/>'
                        for c in range(spec.n_c))
-    planes = [(z, c) for z in range(spec.n_z) for c in range(spec.n_c)]
-    tiffs = "".join(f'<TiffData FirstZ="{z}" FirstC="{c}" FirstT="0" IFD="0" PlaneCount="1">'
-                    f'<UUID FileName="{escape(name(spec, fs, z, c))}">urn:uuid:{spec.uuid("scanr", fs.well, fs.index, z, c).lower()}'
-                    f'</UUID></TiffData>' for z, c in planes)
-    plane_els = "".join(f'<Plane TheZ="{z}" TheC="{c}" TheT="0" PositionX="{fs.x_um}" PositionXUnit="µm" '
+    planes = [(z, c, t) for t in range(spec.n_t) for z in range(spec.n_z) for c in range(spec.n_c)]
+    tiffs = "".join(f'<TiffData FirstZ="{z}" FirstC="{c}" FirstT="{t}" IFD="0" PlaneCount="1">'
+                    f'<UUID FileName="{escape(name(spec, fs, z, c, t))}">urn:uuid:'
+                    f'{spec.uuid("scanr", fs.well, fs.index, z, c, t).lower()}</UUID></TiffData>' for z, c, t in planes)
+    plane_els = "".join(f'<Plane TheZ="{z}" TheC="{c}" TheT="{t}" PositionX="{fs.x_um}" PositionXUnit="µm" '
                         f'PositionY="{-fs.y_um}" PositionYUnit="µm" PositionZ="{spec.z_um(z)}" PositionZUnit="µm"/>'
-                        for z, c in planes)
+                        for z, c, t in planes)
     z_size = f' PhysicalSizeZ="{spec.z_step}" PhysicalSizeZUnit="µm"' if spec.n_z > 1 else ""
     return (f'<Image ID="Image:W{w}P{fs.index}" Name="{fs.well} W{w} P{fs.index}"><Pixels ID="Pixels:{i}" '
             f'DimensionOrder="XYZCT" Type="{spec.dtype}" SizeX="{spec.shape[1]}" SizeY="{spec.shape[0]}" '
-            f'SizeZ="{spec.n_z}" SizeC="{spec.n_c}" SizeT="1" PhysicalSizeX="{spec.pixel_size}" PhysicalSizeXUnit="µm" '
+            f'SizeZ="{spec.n_z}" SizeC="{spec.n_c}" SizeT="{spec.n_t}" PhysicalSizeX="{spec.pixel_size}" PhysicalSizeXUnit="µm" '
             f'PhysicalSizeY="{spec.pixel_size}" PhysicalSizeYUnit="µm"{z_size}>{channels}{tiffs}{plane_els}</Pixels></Image>')
 
 
