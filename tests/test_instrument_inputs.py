@@ -223,3 +223,24 @@ def test_every_format_round_trips_a_time_series_in_both_layouts(cli, tmp_path, f
     for target in (raw, tmp_path / "fov.zarr", tmp_path / "well.zarr"):
         code, out, err = cli("check", str(target))
         assert code == 0, out + err
+
+
+def test_a_truncated_multi_series_ome_tiff_is_one_line_not_a_single_image(cli, tmp_path):
+    from scene_files import write_positions
+
+    whole = tmp_path / "pos.ome.tif"
+    write_positions(whole)
+    cut = tmp_path / "cut.ome.tif"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    code, _, err = ingest(cli, cut, tmp_path / "o.zarr")
+    one_line(code, err, tmp_path / "o.zarr", "cut.ome.tif", "damaged TIFF")
+
+
+def test_pixel_size_overrides_every_instrument_format(cli, tmp_path):
+    from zarrmill.io.readers.registry import ReadOptions, reader
+
+    for fmt in ("cellvoyager",) + FORMATS:
+        raw = tmp_path / fmt
+        generate(cli, raw, fmt)
+        acq = reader(fmt).read(raw, ReadOptions(pixel_size_yx=(0.9, 0.8), z_step=3.0, plate_shape=(8, 12)))
+        assert (acq.pixel_size_yx, acq.z_step) == ((0.9, 0.8), 3.0), fmt

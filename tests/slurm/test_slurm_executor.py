@@ -304,3 +304,28 @@ def test_a_worker_over_its_memory_is_named_in_the_failure(cli, slurm, tmp_path, 
     assert code == 1 and "Traceback" not in err, err
     expected = "OUT_OF_MEMORY" if who == "slurm" else "restarted by dask"
     assert expected in line and "raise executor.slurm.memory" in line, line
+
+
+def test_every_instrument_format_ingests_on_slurm_workers_as_in_one_process(cli, slurm, tmp_path):
+    """Each new instrument format, generated and ingested (layout: well) in one workflow on SLURM
+    workers: the same bytes as the same workflow in one process."""
+    formats = ("cq", "metaxpress", "hcsai", "operetta", "scanr")
+
+    def steps(root: Path) -> dict:
+        out = {}
+        for fmt in formats:
+            out[f"gen-{fmt}"] = {"task": "generate-plate", "params": {
+                "output": str(root / fmt), "format": fmt, "wells": ["B03", "C04"], "grid": [1, 2],
+                "shape": [32, 40], "z_planes": 2, "timepoints": 2, "plate_shape": [8, 12]}}
+            params = {"input": str(root / fmt), "output": str(root / f"{fmt}.zarr"), "layout": "well", "min_size": 16}
+            if fmt in ("metaxpress", "hcsai"):
+                params["plate_shape"] = [8, 12]
+            out[f"ingest-{fmt}"] = {"task": "ingest", "needs": [f"gen-{fmt}"], "params": params}
+        return out
+
+    assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(tmp_path / "sync")))[0] == 0
+    code, _, err = cli("run", write_workflow(tmp_path / "slurm.yaml", steps(tmp_path / "slurm"), name="formats",
+                                             executor=slurm_executor(slurm, tmp_path)))
+    assert code == 0, err
+    for fmt in formats:
+        assert tree_digest(tmp_path / "slurm" / f"{fmt}.zarr") == tree_digest(tmp_path / "sync" / f"{fmt}.zarr"), fmt

@@ -45,6 +45,8 @@ def find_metadata(folder: Path) -> Path:
 
 def _um(el: ET.Element, name: str, where: str, positive: bool = False) -> float:
     unit = el.get(name + "Unit", "µm")
+    if unit == "reference frame":  # the stage's own units: scanR's are micrometer
+        unit = "µm"
     if unit not in TO_UM:
         raise InputError(f"{where}: {name}Unit {unit!r} is not one of {', '.join(TO_UM)}")
     return finite(el.get(name), name, where, positive) * TO_UM[unit]
@@ -77,6 +79,7 @@ def read_scanr(folder: Path, pixel_size_yx: tuple[float, float] | None = None,
     if not images:
         raise InputError(f"{meta}: no <Image> entries")
     records, channels, px, size, dtype = [], {}, None, None, None
+    unplaced: list[str] = []
     for image in images:
         where = f"{meta}: <Image ID={image.get('ID')!r}>"
         match = WELL_POSITION.search(image.get("ID", "") + " " + image.get("Name", ""))
@@ -88,7 +91,11 @@ def read_scanr(folder: Path, pixel_size_yx: tuple[float, float] | None = None,
         if pixels is None:
             raise InputError(f"{where}: no <Pixels>")
         if px is None:
-            px = (_um(pixels, "PhysicalSizeY", where, True), _um(pixels, "PhysicalSizeX", where, True))
+            if pixels.get("PhysicalSizeX") is None or pixels.get("PhysicalSizeY") is None:
+                warn(meta, "no PhysicalSizeX/Y; pixel size assumed 1.0 micrometer (set pixel_size to the real one)")
+                px = (1.0, 1.0)
+            else:
+                px = (_um(pixels, "PhysicalSizeY", where, True), _um(pixels, "PhysicalSizeX", where, True))
             size = (_int(pixels, "SizeY", where, 1), _int(pixels, "SizeX", where, 1))
             dtype = {"uint8": "uint8", "uint16": "uint16"}.get(pixels.get("Type", ""), None)
             if dtype is None:
@@ -102,14 +109,20 @@ def read_scanr(folder: Path, pixel_size_yx: tuple[float, float] | None = None,
             if uuid is None or not uuid.get("FileName"):
                 raise InputError(f"{where}: <TiffData> without <UUID FileName>")
             files[(_int(td, "FirstT", where), _int(td, "FirstC", where), _int(td, "FirstZ", where))] = uuid.get("FileName")
-        for plane in pixels.findall(ns + "Plane"):
+        planes = pixels.findall(ns + "Plane")
+        if any(p.get("PositionX") is None or p.get("PositionY") is None for p in planes):
+            unplaced.append(image.get("ID", "?"))
+        for plane in planes:
             key = (_int(plane, "TheT", where), _int(plane, "TheC", where), _int(plane, "TheZ", where))
             if key not in files:
                 raise InputError(f"{where}: <Plane TheT={key[0]} TheC={key[1]} TheZ={key[2]}> has no <TiffData> file")
             records.append(Record(row=row + 1, col=col + 1, field=position, t=key[0], channel=key[1], z=key[2],
                                   path=relative_file(meta.parent, files[key], where, "TiffData file"),
-                                  x_um=_um(plane, "PositionX", where), y_um=-_um(plane, "PositionY", where),
+                                  x_um=_um(plane, "PositionX", where) if plane.get("PositionX") else 0.0,
+                                  y_um=-_um(plane, "PositionY", where) if plane.get("PositionY") else 0.0,
                                   z_um=_um(plane, "PositionZ", where) if plane.get("PositionZ") else None))
+    if unplaced:
+        warn(meta, f"{len(unplaced)} images have planes without PositionX/Y (e.g. {unplaced[0]}); placed at x = y = 0")
     return to_acquisition(records, channels, name=meta.parent.parent.name, source=meta,
                           pixel_size_yx=pixel_size_yx or px, image_shape_yx=size, dtype=dtype, plate=shape,
                           unlisted=unlisted_files(meta.parent, [r.path for r in records], IMAGE_NAME, depth=0))

@@ -66,18 +66,35 @@ def read_scene_plane(path: Path, index: tuple[int, int, int, int]) -> np.ndarray
 
 
 def is_multi_scene(path: Path) -> bool:
-    """A file bioio should read: a format tifffile does not, or an OME-TIFF of several series."""
+    """A file bioio should read: a format tifffile does not, or an OME-TIFF of several series. A
+    TIFF whose structure tifffile cannot read whole (a truncated OME-TIFF loses the OME-XML at its
+    end and would pass for one plain image) is refused naming the file."""
     if path.suffix.lower() in SUFFIXES:
         return True
     if path.suffix.lower() in (".tif", ".tiff"):
+        import logging
+
         import tifffile
 
+        problems: list[str] = []
+
+        class _Collect(logging.Handler):  # tifffile logs what it skips instead of raising
+            def emit(self, record: logging.LogRecord) -> None:
+                problems.append(record.getMessage())
+
+        log, handler = logging.getLogger("tifffile"), _Collect(logging.WARNING)
+        log.addHandler(handler)
         try:
             with tifffile.TiffFile(path) as tf:
-                return bool(tf.is_ome) and len(tf.series) > 1
+                n_pages = len(tf.pages)
+                multi = bool(tf.is_ome) and len(tf.series) > 1
         except Exception as err:  # noqa: BLE001 - a damaged file is not "a single image"
-            raise InputError(f"{path}: cannot read the TIFF's structure ({type(err).__name__}: {err}); "
-                             "is the file complete?") from None
+            problems.append(f"{type(err).__name__}: {err}")
+        finally:
+            log.removeHandler(handler)
+        if problems:
+            raise InputError(f"{path}: damaged TIFF ({problems[0]}); is the file complete?")
+        return multi and n_pages > 0
     return False
 
 
