@@ -166,7 +166,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)
     spec = _plate_spec(p, acq)
-    root = Path(p.output)
+    root = p.output_path()
     ensure_group(root, spec.zarr_format, ctx)
     units = []
     for (row, col, fld), planes in acq.fields().items():
@@ -186,7 +186,7 @@ def run_unit(p: Params, unit: Unit) -> int:
         return ingest_wells.run_unit(p, unit)
     if "region" in unit:
         return _run_image_unit(p, unit)
-    arr = open_for_write(Path(p.output) / unit["field"] / "0")
+    arr = open_for_write(p.output_path() / unit["field"] / "0")
     lead = (unit["t"],) if unit["has_t"] else ()
     by_c: dict[int, dict[int, str]] = {}
     for c, z, path in unit["planes"]:
@@ -215,7 +215,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     acq = read_acquisition(p)
     if p.layout == "well":
         return ingest_wells.finish(p, acq, ctx.guard)
-    root = Path(p.output)
+    root = p.output_path()
     origins = well_origins(acq)
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
     fields = acq.fields()
@@ -253,8 +253,8 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
 
 def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
     spec, _, _ = _image_spec(p)
-    ensure_group(Path(p.output), spec.zarr_format, ctx)
-    ensure_array(Path(p.output), "0", spec, ctx)
+    ensure_group(p.output_path(), spec.zarr_format, ctx)
+    ensure_array(p.output_path(), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
     return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]
 
@@ -265,7 +265,7 @@ def _run_image_unit(p: Params, unit: Unit) -> int:
         data = vol.read([tuple(r) for r in unit["region"]])
     finally:
         vol.close()
-    open_for_write(Path(p.output) / "0")[region_slices(unit["region"])] = data
+    open_for_write(p.output_path() / "0")[region_slices(unit["region"])] = data
     return data.nbytes
 
 
@@ -275,14 +275,14 @@ def _finish_image(p: Params) -> None:
 
     spec, sizes, axes = _image_spec(p)
     scale = [sizes.get(a, 1.0) for a in axes]
-    arr = zarr.open_array(str(Path(p.output) / "0"), mode="r")
+    arr = zarr.open_array(str(p.output_path() / "0"), mode="r")
     n_c = spec.shape[axes.index("c")] if "c" in axes else 1
     extra = {}
     if "c" in axes:
         windows = channel_windows([arr], axes, spec.dtype)
         names = p.channel_names or [f"C{c}" for c in range(n_c)]
         extra["omero"] = omero([Channel(label=n) for n in names], windows)
-    write_image_metadata(Path(p.output), p.ngff_version, make_axes(axes), [Level("0", scale, None)],
+    write_image_metadata(p.output_path(), p.ngff_version, make_axes(axes), [Level("0", scale, None)],
                          name=Path(p.input).name, extra=extra)
 
 

@@ -18,8 +18,12 @@ from .runtime.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, Positiv
 
 
 class Params(TaskParams):
-    input: str = Field(description="CellVoyager folder, folder of pattern-named files, or one image file")
-    output: str = Field(description="OME-Zarr plate (or image, for format=image) to write")
+    OBJECT_STORES = True  # output may be s3://bucket/prefix; instrument folders are read locally
+    LOCAL_INPUTS = ("input",)
+
+    input: str = Field(description="instrument folder, folder of pattern-named files, or one image file (local)")
+    output: str = Field(description="OME-Zarr plate (or image, for format=image) to write: a local path or "
+                        "s3://bucket/prefix")
     format: Literal["auto", "cellvoyager", "cq", "imagexpress", "metaxpress", "hcsai", "operetta", "scanr", "pattern",
                     "scenes", "image"] = Field(
         "auto", description="auto: `pattern` given is pattern; a folder is the one instrument whose marker files are "

@@ -64,7 +64,7 @@ def acquisition_wells(p: Params, acq: Acquisition, windows: list[tuple[float, fl
     wells = []
     for (row, col), fovs in by_well.items():
         path = f"{acq.row_label(row)}/{acq.col_label(col)}"
-        meta = ImageMeta(Path(p.output) / path / p.image_name, p.ngff_version, make_axes(axes), [], attrs)
+        meta = ImageMeta(p.output_path() / path / p.image_name, p.ngff_version, make_axes(axes), [], attrs)
         wells.append(reshard.Well(path, meta, scale, fovs, np.dtype(acq.dtype), lead_shape, p.overlap))
     plate = {"name": acq.name, "acquisitions": [{"id": 0, "name": acq.name}],
              "rows": [{"name": acq.row_label(r)} for r in range(1, acq.n_rows + 1)],

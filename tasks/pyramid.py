@@ -34,6 +34,7 @@ from .io.storage.arrays import (
 )
 from .io.storage.downsample import downsample, out_shape
 from .io.storage.layout import level_chunks, level_shards
+from .io.storage.location import as_location
 from .io.ngff.metadata import (
     ImageMeta,
     Level,
@@ -50,6 +51,8 @@ SLAB_BYTES = 4 * 2**20
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # input and output may be s3:// (input also https://)
+
     input: str = Field(description="OME-Zarr image, or plate (every field image gets a pyramid)")
     method: Literal["auto", "mean", "mode", "nearest"] = Field(
         "auto", description="auto: mode for label images (image-label metadata), mean otherwise")
@@ -64,17 +67,17 @@ class Params(TaskParams):
     unit_mb: float = Field(16.0, gt=0, le=MAX_MB, description="target output size of one unit of work")
 
     def ledger_root(self) -> Path:
-        return Path(self.input)
+        return as_location(self.input)
 
     def writes_in_place(self) -> bool:
         return True
 
     def output_path(self) -> Path:
-        return Path(self.input)
+        return as_location(self.input)
 
 
 def _images(p: Params) -> list[str]:
-    found = plate_images(Path(p.input))
+    found = plate_images(as_location(p.input))
     return found if found is not None else [""]
 
 
@@ -149,7 +152,7 @@ def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array, across_lead: bool
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     units: list[Unit] = []
     for image in _images(p):
-        root = Path(p.input) / image
+        root = as_location(p.input) / image
         meta = read_image(root)
         if len(meta.levels) > 1 and not ctx.resume:
             if not ctx.overwrite:
@@ -163,7 +166,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
                     "replace them; run pyramid on a copy (zarrmill task rechunk) to rebuild its levels")
             # metadata first lists level 0 only, so it never points at arrays being rebuilt
             _write_levels(root, meta, meta.levels[:1])
-        units += plan_image_levels(p, Path(p.input), image, meta, ctx)
+        units += plan_image_levels(p, as_location(p.input), image, meta, ctx)
     return units
 
 
@@ -212,7 +215,7 @@ def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[
 
 
 def run_unit(p: Params, unit: Unit) -> int:
-    return run_level_unit(Path(p.input), unit)
+    return run_level_unit(as_location(p.input), unit)
 
 
 def run_level_unit(base: Path, unit: Unit) -> int:
@@ -246,7 +249,7 @@ def _slabs(region: list[tuple[int, int]], itemsize: int) -> list[list[tuple[int,
 
 def finish(p: Params, ctx: PlanContext) -> None:
     for image in _images(p):
-        root = Path(p.input) / image
+        root = as_location(p.input) / image
         meta = read_image(root)
         arr0 = open_input_array(root / meta.levels[0].path)
         _write_levels(root, meta, pyramid_levels(p, meta, tuple(arr0.shape)))

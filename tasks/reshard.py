@@ -21,7 +21,6 @@ mapping each well path to its box."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Annotated, Callable
 
@@ -43,6 +42,7 @@ from .io.storage.arrays import (
 )
 from .io.storage.downsample import downsample
 from .io.storage.guard import OutputGuard
+from .io.storage.location import as_location, location_key
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
@@ -77,6 +77,8 @@ def _alnum(name: str) -> str:
 ImageName = Annotated[str, AfterValidator(_alnum)]
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # input and output may be s3:// (input also https://)
+
     input: str = Field(description="HCS plate whose wells hold several FOV images")
     output: str | None = Field(None, description="new plate to write (default: next to input, named "
                                "<input>-wells.ome.zarr); each well lists one image, the well image")
@@ -98,7 +100,7 @@ class Params(TaskParams):
     def _new_plate(self) -> "Params":
         # A well listing its FOVs and a larger well image is a plate that ome-zarr-py's Reader,
         # `ome_zarr info` and napari cannot open (they tile same-shaped images), so no in-place mode.
-        if Path(os.path.abspath(self.output_path())) == Path(os.path.abspath(self.input)):
+        if location_key(self.output_path()) == location_key(self.input):
             raise ValueError("output must be a new plate, not the input plate (readers cannot open a well "
                              "whose images differ in shape); leave output unset for <input>-wells.ome.zarr")
         return self
@@ -107,7 +109,7 @@ class Params(TaskParams):
         return self.output_path()
 
     def output_path(self) -> Path:
-        return Path(self.output) if self.output else default_output(Path(self.input))
+        return as_location(self.output) if self.output else default_output(as_location(self.input))
 
     def pyramid_params(self) -> pyramid.Params:
         return pyramid.Params(input=str(self.output_path()), method="mean", z_factor="auto",
@@ -173,13 +175,13 @@ class Well:
 
 def read_well(p: Params, path: str) -> Well:
     """The FOV images a well of the input plate lists (level ``p.level`` of each), checked alike."""
-    attrs, _ = read_attrs(member_path(Path(p.input), path, "plate well path"))
+    attrs, _ = read_attrs(member_path(as_location(p.input), path, "plate well path"))
     images = [im.get("path") for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
     for im in images:
-        member_path(Path(p.input) / path, im, "well image path")
+        member_path(as_location(p.input) / path, im, "well image path")
     if not images:
-        raise InputError(f"{Path(p.input) / path}: well has no field images")
-    metas = [read_image(Path(p.input) / path / im) for im in images]
+        raise InputError(f"{as_location(p.input) / path}: well has no field images")
+    metas = [read_image(as_location(p.input) / path / im) for im in images]
     names = metas[0].axis_names
     spatial = [i for i, a in enumerate(names) if a in "zyx"]
     ref = metas[0].levels[level_index(metas[0], p.level)]
@@ -210,7 +212,7 @@ def _check_same(meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], 
 
 
 def read_wells(p: Params) -> tuple[dict, list[Well], str]:
-    attrs, zf = read_attrs(Path(p.input))
+    attrs, zf = read_attrs(as_location(p.input))
     plate = attrs.get("plate")
     if plate is None:
         raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
@@ -280,7 +282,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     kind = unit.get("kind")
     if kind == "compose":
         dst = p.output_path() / unit["well"] / p.image_name / "0"
-        return _paint(Path(p.input), unit, dst, p.overlap)
+        return _paint(as_location(p.input), unit, dst, p.overlap)
     if kind == "overview":
         return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
     return pyramid.run_level_unit(p.output_path(), unit)
@@ -337,7 +339,7 @@ def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard:
                              name=f"{well.path} {p.image_name}", extra=extra)
         axes = "".join(a for a in meta.axis_names if a in "zyx")
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
-                         well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(Path(p.input).resolve()),
+                         well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(as_location(p.input).resolve()),
                          guard)
     if p.overview:
         _finish_overview(p, plate, wells, version)

@@ -9,6 +9,8 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..io.storage.location import as_location
 from typing import Any, Callable
 
 import yaml
@@ -35,7 +37,7 @@ class CheckResult:
 
 
 def check_output(root: Path) -> CheckResult:
-    root = Path(root)
+    root = as_location(root)
     if not root.exists():
         return CheckResult("missing", [f"{root}: does not exist"])
     try:

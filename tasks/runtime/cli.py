@@ -103,6 +103,8 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..io.storage.location import reset_clients
+
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, not only before the command
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:
         for name in ("distributed", "dask_jobqueue", "tifffile"):  # their warnings repeat our one error line
             logging.getLogger(name).setLevel(logging.ERROR)
+    reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
     try:
         return COMMANDS[args.command](args)
     except ZarrmillError as err:

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from ..io.storage.location import as_location, check_url
 from typing import Any, Callable
 
 from ..errors import ConfigError, InputNotFoundError
@@ -196,7 +198,8 @@ def provenance_lines(prov: dict) -> list[str]:
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import check_output
 
-    store = Path(args.store)
+    check_url(args.store, write=False, what="store")
+    store = as_location(args.store)
     result = check_output(store)
     prov = read_provenance(store)
     if args.json:

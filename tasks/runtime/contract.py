@@ -20,11 +20,13 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..errors import ConfigError
 from ..io.storage.guard import OutputGuard
+from ..io.storage.location import as_location, check_url, scheme_of
 
 Unit = dict[str, Any]
 # A task module sets ``WORKERS = THREADS`` when its units spend their time in code that releases
@@ -54,18 +56,37 @@ class TaskParams(BaseModel):
 
     # NaN and infinity are never a size, a position or a pixel size
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # the task reads and writes object stores (s3://, and https:// inputs); the others refuse URLs
+    OBJECT_STORES: ClassVar[bool] = False
+    # input fields that name an instrument folder or a file to read locally, never a URL
+    LOCAL_INPUTS: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_urls(self) -> "TaskParams":
+        """A URL of a scheme zarrmill cannot serve, or any URL for a task that works on local paths
+        only, is one line (a URL must never become a local folder named ``s3:``)."""
+        task = type(self).__module__.rsplit(".", 1)[-1].removesuffix("_params").replace("_", "-")
+        for field, write in (("input", False), ("output", True)):
+            value = getattr(self, field, None)
+            for v in (value if isinstance(value, list) else [value]) if value is not None else []:
+                check_url(str(v), write=write, what=field)
+                if scheme_of(str(v)) and (not self.OBJECT_STORES or field in self.LOCAL_INPUTS):
+                    where = "instrument folders and files are read from local paths" if self.OBJECT_STORES else \
+                        f"task {task} reads and writes local paths only (object stores: ingest, pyramid, check)"
+                    raise ConfigError(f"{v}: {field} is a URL; {where}")
+        return self
 
     def input_paths(self) -> list[Path]:
         """Paths that must exist before the step runs (unless an earlier step writes them)."""
         value = getattr(self, "input", None)
         if value is None:
             return []
-        return [Path(v) for v in value] if isinstance(value, list) else [Path(value)]
+        return [as_location(v) for v in value] if isinstance(value, list) else [as_location(value)]
 
     def output_path(self) -> Path | None:
         """Where the step writes; its ledger lives there too."""
         value = getattr(self, "output", None)
-        return Path(value) if value is not None else None
+        return as_location(value) if value is not None else None
 
     def ledger_root(self) -> Path:
         """The store the ledger is kept in; tasks that add to their input override this."""

@@ -20,9 +20,11 @@ from typing import Any, Callable, Iterator
 from ..errors import OutputExistsError, OutputLockedError, StepFailedError, UnitError, ZarrmillError
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.storage.guard import OutputGuard
+from ..io.storage.location import is_remote
+from ..io.storage.object_store import open_guard
 from .contract import PlanContext, Task, TaskParams, Unit
-from .ledger import Ledger, StepRecord, diff_params, params_hash
-from .locks import DatasetLock, Locked
+from .ledger import Ledger, ObjectLedger, StepRecord, diff_params, open_ledger, params_hash
+from .locks import DatasetLock, Locked, ObjectLock, open_lock
 from .progress import Progress
 from .registry import get_task
 
@@ -83,7 +85,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     p_json = params.model_dump(mode="json")
     rec = StepRecord(task.name, p_json, params_hash(task.name, task.version, p_json))
     root = params.ledger_root()
-    guard = OutputGuard(root, params.input_paths(), in_place=params.writes_in_place())
+    guard = open_guard(root, params.input_paths(), in_place=params.writes_in_place())
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
     try:
@@ -97,6 +99,16 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
         lock.release()
 
 
+def local_error_log(root: Any, step: str) -> Path:
+    """Failed units' tracebacks of a store in a bucket (no appends there): a local file under the
+    user's state folder, named after the store and step; its path is in the failure line."""
+    import hashlib
+
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill" / "logs"
+    digest = hashlib.sha256(f"{root}\0{step}".encode()).hexdigest()[:12]
+    return base / f"{Path(str(root)).name}-{step}-{digest}.log"
+
+
 def _unnamed_os_error(err: BaseException) -> bool:
     """An error of the operating system (not one of zarrmill's own, some of which are OSErrors)
     that names no file."""
@@ -104,10 +116,10 @@ def _unnamed_os_error(err: BaseException) -> bool:
             and err.filename is None)
 
 
-def _lock_output(step: str, guard: OutputGuard) -> DatasetLock:
+def _lock_output(step: str, guard: OutputGuard) -> DatasetLock | ObjectLock:
     """One run at a time per output: the owner marker, then the lock beside it."""
     guard.claim(step)
-    lock = DatasetLock(guard.lock_path)
+    lock = open_lock(guard.lock_path)
     try:
         lock.acquire()
     except Locked as err:
@@ -120,8 +132,8 @@ def _lock_output(step: str, guard: OutputGuard) -> DatasetLock:
 def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any], opts: StepOptions,
                 guard: OutputGuard, rec: StepRecord, t0: float) -> StepReport:
     root = guard.root
-    ledger = Ledger(root, step)
-    opts.error_log = ledger.dir / "errors.log"
+    ledger = open_ledger(root, step)
+    opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"
     old = ledger.record() if guard.owned() or guard.in_place else None
     rec.inputs = fingerprint(params.input_paths(), skip=[root])
     changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
@@ -137,7 +149,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     done = ledger.done_ids() if resume and not changed else set()
     rec.state = "planning"
     guard.make_dirs(ledger.dir)
-    if resume:
+    if resume and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
         _remove_partial_files(root)
         _remove_partial_files(guard.bookkeeping)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
@@ -192,7 +204,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     return report
 
 
-def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecord | None, rec: StepRecord,
+def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger | ObjectLedger, old: StepRecord | None, rec: StepRecord,
                     opts: StepOptions) -> bool:
     """Decide between resuming and starting over; empty the step's own earlier output where that
     is allowed. Returns ``resume``: existing arrays of this step's parameters may be reused."""

@@ -13,14 +13,19 @@ import json
 import os
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..io.storage.atomic import atomic_write_json, canonical_json, read_json
+from ..errors import InputError
 from ..io.storage.guard import bookkeeping_dir, remove_bookkeeping
+from ..io.storage.location import Location, as_location, is_remote
+from ..io.storage.object_store import bookkeeping_prefix, delete_keys, get, keys_under, put
 
 FLUSH_EVERY_S = 1.0
+OBJECT_FLUSH_EVERY_S = 2.0  # a PUT per flush in a bucket: fewer than on disk, where a flush is a buffered write
 
 
 def params_hash(task: str, version: int, params: dict[str, Any]) -> str:
@@ -114,6 +119,77 @@ class Ledger:
             self._log = None
 
 
+class ObjectLedger:
+    """The ledger of a store in a bucket (io/storage/object_store.py): step.json is one object, done
+    units are flushed as new create-only objects ``done/<seq>-<token>`` (no appends); a kill loses
+    at most the units since the last flush, which are redone."""
+
+    def __init__(self, root: Location, step: str):
+        self.root = as_location(str(root))
+        self.step = step
+        self.dir = bookkeeping_prefix(self.root) / "steps" / safe_step_name(step)
+        self._pending: list[str] = []
+        self._token = uuid.uuid4().hex[:12]
+        self._seq = 0
+        self._last_flush = 0.0
+
+    def record(self):
+        data = get(self.dir / "step.json")
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            raise InputError(f"{self.dir / 'step.json'}: not valid JSON; the ledger object is damaged") from None
+        known = {k: v for k, v in doc.items() if k in StepRecord.__dataclass_fields__} if isinstance(doc, dict) else {}
+        try:
+            return StepRecord(**known)
+        except TypeError:
+            return None
+
+    def write_record(self, rec) -> None:
+        rec.updated = round(time.time(), 3)
+        put(self.dir / "step.json", (json.dumps(rec.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode())
+
+    def reset(self) -> None:
+        delete_keys(self.root, keys_under(self.dir))
+
+    def clear_done(self) -> None:
+        delete_keys(self.root, keys_under(self.dir / "done"))
+
+    def done_ids(self) -> set[str]:
+        out: set[str] = set()
+        for key in keys_under(self.dir / "done"):
+            data = get(as_location("s3://" + key)) or b""
+            out.update(line for line in data.decode().split("\n") if line)
+        return out
+
+    def mark_done(self, unit_ids: Iterable[str]) -> None:
+        self._pending.extend(unit_ids)
+        now = time.monotonic()
+        if now - self._last_flush >= OBJECT_FLUSH_EVERY_S:
+            self.flush()
+            self._last_flush = now
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        self._seq += 1
+        put(self.dir / "done" / f"{self._seq:08d}-{self._token}", "".join(f"{u}\n" for u in self._pending).encode(),
+            create_only=True)
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+
+
+
+
+def open_ledger(root, step: str) -> "Ledger | ObjectLedger":
+    """The ledger of ``step`` in ``root``, on disk or in a bucket."""
+    return ObjectLedger(root, step) if is_remote(root) else Ledger(root, step)
+
+
 def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(set(old) | set(new))
     changed = [
@@ -126,12 +202,16 @@ def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
-    base = bookkeeping_dir(root) / "steps"
+    if is_remote(root):
+        base = bookkeeping_prefix(root) / "steps"
+        names = sorted({k[len(str(base)) - len("s3://"):].strip("/").split("/", 1)[0] for k in keys_under(base)})
+    else:
+        base = bookkeeping_dir(root) / "steps"
+        names = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
     out = []
-    if base.is_dir():
-        for d in sorted(p for p in base.iterdir() if p.is_dir()):
-            led = Ledger(root, d.name)
-            rec = led.record()
-            if rec is not None:
-                out.append((d.name, rec, len(led.done_ids())))
+    for name in names:
+        led = open_ledger(root, name)
+        rec = led.record()
+        if rec is not None:
+            out.append((name, rec, len(led.done_ids())))
     return out

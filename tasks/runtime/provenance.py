@@ -14,6 +14,7 @@ from typing import Any
 from .. import __version__
 from ..io.storage.atomic import atomic_write_json
 from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
+from ..io.storage.location import as_location
 
 
 
@@ -37,7 +38,7 @@ def _is_zarr_group(root: Path) -> bool:
 def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owner: str | None = None) -> None:
     """Add or replace one step's entry in ``root``'s provenance. ``owner``: the id of the owner
     marker beside a store zarrmill created (the output guard checks the store names it)."""
-    root = Path(root)
+    root = as_location(root)
     entry = {"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow,
              **({"owner": owner} if owner else {})}
     if _is_zarr_group(root):
@@ -59,7 +60,7 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owne
 
 def read_provenance(root: Path) -> dict[str, Any] | None:
     try:
-        return _read_provenance(Path(root))
+        return _read_provenance(as_location(root))
     except (OSError, ValueError, AttributeError, TypeError):
         return None  # damaged metadata: zarrmill check reports the file itself
 

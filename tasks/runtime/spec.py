@@ -138,10 +138,20 @@ class StepSpec(Strict):
     resources: Resources | None = None
 
 
+class StorageSpec(Strict):
+    """Object-store settings that differ per store (never credentials: those stay where AWS tools
+    keep them). Applied as the variables every S3 client reads, for the run and its workers."""
+    endpoint: str | None = Field(None, description="S3 endpoint URL, e.g. https://s3.example.org")
+    region: str | None = Field(None, max_length=64)
+    profile: str | None = Field(None, max_length=256, description="a profile in ~/.aws/config")
+    anonymous: bool = Field(False, description="unsigned requests (public buckets)")
+
+
 class WorkflowSpec(Strict):
     name: str = Field(min_length=1)
     description: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     for_each: ForEach | None = Field(None, description="run the steps once per dataset found")
+    storage: StorageSpec | None = Field(None, description="object-store endpoint, region, profile, anonymous")
     steps: dict[str, StepSpec] = Field(min_length=1)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError, InputError, InputNotFoundError
 from .contract import TaskParams
 from .datasets import Dataset
+from ..io.storage.location import apply_storage_block, is_remote, location_key
 from .registry import get_task
 from .spec import ExecutorSpec, ForEach, Resources, WorkflowSpec
 from .variables import resolve_vars, substitute
@@ -84,6 +85,8 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
         check_inputs = check_inputs and dataset is not None
     data["steps"] = substitute({"steps": data_in.get("steps")}, scope, where)["steps"]
     spec = validate_model(WorkflowSpec, data, doc, ())
+    if spec.storage is not None:  # before any step's URL is looked at
+        apply_storage_block(spec.storage.model_dump(exclude_none=True))
     steps, problems = {}, []
     for name, s in spec.steps.items():  # every step's problems, not only the first step's
         try:
@@ -213,7 +216,7 @@ def _check_outputs(ordered: list[Step], doc: Located) -> None:
         out = step.params.output_path()
         if out is None or step.params.writes_in_place():
             continue
-        key = os.path.abspath(out)
+        key = location_key(out)
         if key in creators:
             raise ConfigError(f"{doc.where(('steps', step.name, 'params', 'output'))}: steps {creators[key]} and "
                               f"{step.name} both write {out}; give each step its own output")
@@ -233,9 +236,16 @@ def _refuse_link_loop(path: Path) -> None:
 def _check_inputs(ordered: list[Step], doc: Located) -> None:
     by_name = {s.name: s for s in ordered}
     for step in ordered:
-        produced = [by_name[a].params.output_path() for a in _ancestors(step.name, by_name)]
-        produced = [p.resolve() for p in produced if p is not None]
+        produced_at = [by_name[a].params.output_path() for a in _ancestors(step.name, by_name)]
+        produced = [p.resolve() for p in produced_at if p is not None and not is_remote(p)]
+        produced_urls = [location_key(p) for p in produced_at if p is not None and is_remote(p)]
         for path in step.params.input_paths():
+            if is_remote(path):
+                key = location_key(path)
+                if any(key == u or key.startswith(u + "/") for u in produced_urls) or _remote_exists(path):
+                    continue
+                raise InputNotFoundError(f"{doc.where(('steps', step.name, 'params', 'input'))}: steps.{step.name}."
+                                         f"params.input: {path} does not exist (and no earlier step in needs writes it)")
             resolved = Path(os.path.abspath(path))
             if os.path.lexists(resolved) and not os.path.exists(resolved):
                 _refuse_link_loop(resolved)
@@ -245,6 +255,16 @@ def _check_inputs(ordered: list[Step], doc: Located) -> None:
             raise InputNotFoundError(
                 f"{doc.where(('steps', step.name, 'params', 'input'))}: steps.{step.name}.params."
                 f"input: {path} does not exist (and no earlier step in needs writes it)")
+
+
+def _remote_exists(path: Any) -> bool:
+    """An object or a prefix with objects; an unreachable server or refused credentials are one line."""
+    from ..io.storage.object_store import describe_access_error
+
+    try:
+        return bool(path.exists())
+    except Exception as err:  # noqa: BLE001 - every client error becomes one line
+        raise ConfigError(describe_access_error(path, err)) from None
 
 
 def apply_set(data: dict[str, Any], item: str) -> None:

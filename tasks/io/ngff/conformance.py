@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+
+from ..storage.location import as_location
 from typing import Any, Iterator
 
 from jsonschema import Draft202012Validator
@@ -102,7 +104,7 @@ def ngff_version(attrs: dict[str, Any], zarr_format: int) -> tuple[str | None, d
 def check_store(root: Path, schema_dir: Path = SCHEMA_DIR) -> tuple[list[str], int]:
     """(problems, number of NGFF groups checked). A store passes only if it is a zarr group with
     OME-NGFF metadata that the official schemas accept and whose arrays are all there."""
-    root = Path(root)
+    root = as_location(root)
     try:
         return _check(root, schema_dir)
     except CorruptMetadata as err:

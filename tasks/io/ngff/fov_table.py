@@ -22,6 +22,7 @@ import zarr
 
 from ..storage.guard import OutputGuard
 from ..storage.atomic import atomic_write_bytes
+from ..storage.location import as_location
 from .placement import Fov
 
 TABLE = "FOV_ROI_table"
@@ -75,8 +76,8 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
     for name, rows in ((TABLE, fov_rows), (WELL_TABLE, [well])):
         write_anndata(memory, name, rows, {**ROI_ATTRS, "zarrmill_source_plate": source})
         if name in disk:
-            guard.remove(Path(image) / "tables" / name, " (an ROI table of the same name)")
-    root = Path(image) / "tables"
+            guard.remove(as_location(image) / "tables" / name, " (an ROI table of the same name)")
+    root = as_location(image) / "tables"
     for key, buffer in files.items():
         atomic_write_bytes(root / key, buffer.to_bytes(), durable=False)  # as zarr's LocalStore
 
@@ -127,7 +128,7 @@ def read_roi_table(image: Path, name: str = TABLE) -> list[dict[str, Any]]:
     """Rows as dicts (FieldIndex, every column), read with anndata from the image's tables."""
     from anndata.io import read_elem
 
-    table = read_elem(zarr.open_group(str(Path(image) / "tables" / name), mode="r"))
+    table = read_elem(zarr.open_group(str(as_location(image) / "tables" / name), mode="r"))
     rows = []
     for i, index in enumerate(table.obs_names):
         row: dict[str, Any] = {"FieldIndex": str(index)}
@@ -149,7 +150,7 @@ def read_fov(image: Path, name: str, level: str = "0") -> np.ndarray:
     row = next((r for r in read_fov_table(image) if r["FieldIndex"] == name), None)
     if row is None:
         raise KeyError(f"{image}: no FOV named {name!r} in {TABLE}")
-    names = read_image(Path(image)).axis_names
+    names = read_image(as_location(image)).axis_names
     sl = tuple(slice(int(row[f"{a}_pixel"]), int(row[f"{a}_pixel"]) + int(row[f"len_{a}_pixel"]))
                if a in AXES else slice(None) for a in names)
-    return np.asarray(zarr.open_array(str(Path(image) / level), mode="r")[sl])
+    return np.asarray(zarr.open_array(str(as_location(image) / level), mode="r")[sl])

@@ -20,6 +20,7 @@ from ...errors import InputError, InputNotFoundError
 from ..storage.atomic import read_json
 from .foreign import clean_omero
 from ..storage.guard import inside
+from ..storage.location import as_location
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.
@@ -68,7 +69,7 @@ def make_axes(names: str | list[str]) -> list[dict[str, Any]]:
 
 def read_attrs(path: Path) -> tuple[dict[str, Any], int]:
     """(NGFF attributes, zarr format) of a group; for 0.5 the ``ome`` object, for 0.4 ``.zattrs``."""
-    path = Path(path)
+    path = as_location(path)
     if (path / "zarr.json").exists():
         meta = read_json(path / "zarr.json")
         attrs = meta.get("attributes", {})
@@ -113,9 +114,9 @@ def read_image(path: Path) -> ImageMeta:
             attrs["omero"] = omero
     multiscales = attrs.get("multiscales")
     if not multiscales and "bioformats2raw.layout" in attrs:
-        series = sorted((c.name for c in Path(path).iterdir() if c.name.isdigit()), key=int) if Path(path).is_dir() else []
+        series = sorted((c.name for c in as_location(path).iterdir() if c.name.isdigit()), key=int) if as_location(path).is_dir() else []
         raise InputError(f"{path}: a bioformats2raw container, not one image; give one of its images, e.g. "
-                         f"{Path(path) / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
+                         f"{as_location(path) / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
     if not multiscales:
         raise InputError(f"{path}: not an OME-Zarr image (no multiscales metadata)")
     ms = multiscales[0] if isinstance(multiscales, list) else None
@@ -128,15 +129,15 @@ def read_image(path: Path) -> ImageMeta:
         raise InputError(f"{path}: multiscales has no datasets; fix the image metadata")
     for ds in ms["datasets"]:
         member_path(path, ds.get("path"), "multiscales dataset path")
-        scale, translation = _transforms(ms, ds, len(axes), Path(path))
+        scale, translation = _transforms(ms, ds, len(axes), as_location(path))
         for name, values in (("scale", scale), ("translation", translation)):
             if values is not None and len(values) != len(axes):
                 raise InputError(f"{path}: dataset {ds['path']!r} has a {name} of {len(values)} values but "
                                  f"multiscales lists {len(axes)} axes ({', '.join(a.get('name', '?') for a in axes)}); "
                                  "axes and transforms must match the array's dimensions")
         levels.append(Level(ds["path"], scale, translation))
-    _check_axes(Path(path), axes)
-    meta = ImageMeta(Path(path), str(version), axes, levels, attrs)
+    _check_axes(as_location(path), axes)
+    meta = ImageMeta(as_location(path), str(version), axes, levels, attrs)
     _check_level_arrays(meta)
     return meta
 
@@ -158,7 +159,7 @@ def _check_level_arrays(meta: ImageMeta) -> None:
     array metadata; levels not written yet are the pyramid task's business)."""
     first: tuple[str, str] | None = None
     for lv in meta.levels:
-        apath = Path(meta.path) / lv.path
+        apath = as_location(meta.path) / lv.path
         if (apath / "zarr.json").exists():
             doc = read_json(apath / "zarr.json")
             if isinstance(doc, dict) and doc.get("node_type") == "group":
@@ -315,7 +316,7 @@ def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -
 
 def plate_images(root: Path) -> list[str] | None:
     """Image paths (relative to the plate) of every field of every well; None if not a plate."""
-    attrs, _ = read_attrs(Path(root))
+    attrs, _ = read_attrs(as_location(root))
     plate = attrs.get("plate")
     if plate is None:
         return None
@@ -323,6 +324,6 @@ def plate_images(root: Path) -> list[str] | None:
     for well in plate.get("wells", []):
         well_attrs, _ = read_attrs(member_path(root, well.get("path"), "plate well path"))
         for image in well_attrs.get("well", {}).get("images", []):
-            member_path(Path(root) / well["path"], image.get("path"), "well image path")
+            member_path(as_location(root) / well["path"], image.get("path"), "well image path")
             images.append(f"{well['path']}/{image['path']}")
     return images

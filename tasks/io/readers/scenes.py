@@ -83,6 +83,8 @@ def is_multi_scene(path: Path) -> bool:
                 problems.append(record.getMessage())
 
         log, handler = logging.getLogger("tifffile"), _Collect(logging.WARNING)
+        level = log.level
+        log.setLevel(logging.WARNING)  # the CLI quiets tifffile to ERROR; what it skips is what we need
         log.addHandler(handler)
         try:
             with tifffile.TiffFile(path) as tf:
@@ -92,6 +94,7 @@ def is_multi_scene(path: Path) -> bool:
             problems.append(f"{type(err).__name__}: {err}")
         finally:
             log.removeHandler(handler)
+            log.setLevel(level)
         if problems:
             raise InputError(f"{path}: damaged TIFF ({problems[0]}); is the file complete?")
         return multi and n_pages > 0

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json
 from .guard import OutputGuard
+from .location import as_location
 
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
 
@@ -73,10 +74,10 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
     An existing node is replaced only with ``--overwrite`` (or when resuming this step's own
     half-made output), and only if zarrmill created it (the output guard); a fresh run never
     silently reuses one."""
-    guard = _guard(ctx, Path(root))
+    guard = _guard(ctx, as_location(root))
     if any(part in ("..", "") for part in name.split("/")) and name:
         raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
-    path = guard.contain(Path(root) / name if name else Path(root), what="array path")
+    path = guard.contain(as_location(root) / name if name else as_location(root), what="array path")
     if path.exists() or path.is_symlink():
         if ctx.resume and _exists(path) and _matches(zarr.open_array(str(path), mode="r"), spec):
             return zarr.open_array(str(path), mode="r+")
@@ -105,7 +106,7 @@ def _is_empty_dir(path: Path) -> bool:
 def open_input_array(path: str | Path) -> zarr.Array:
     """An input array, read-only; damaged metadata or a path that holds no array is one clear
     error naming the path (zarr-python would raise from deep inside)."""
-    path = Path(path)
+    path = as_location(path)
     for name in ("zarr.json", ".zarray"):
         if (path / name).exists():
             meta = read_json(path / name)  # names the file and position if it is damaged

@@ -11,7 +11,11 @@ from typing import Any
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> None:
     """``durable=False`` skips the fsync: chunk files, whose unit is rewritten if not recorded
-    as done, and where an fsync per chunk also flushed every other freshly written chunk."""
+    as done, and where an fsync per chunk also flushed every other freshly written chunk. In a
+    bucket, one PUT of the whole object (atomic by nature: readers see the old or the new one)."""
+    if hasattr(path, "fs") and hasattr(path, "protocol"):
+        path.write_bytes(data)
+        return
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
     try:
@@ -49,8 +53,11 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     from ...errors import InputError
 
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        if hasattr(path, "fs") and hasattr(path, "protocol"):  # a remote location
+            data = path.read_bytes()
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
     except PermissionError:
         raise InputError(f"{path}: permission denied; zarrmill needs to read it") from None
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .guard import is_bookkeeping_name
+from .location import is_remote, location_key
 
 HASH_UP_TO = 64 * 1024
 # hashed: metadata (small, edited by hand or rewritten in place); not chunks and pixels, which a
@@ -41,9 +42,13 @@ def _is_metadata(path: str) -> bool:
 def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | os.PathLike[str]] = ()) -> Fingerprint:
     """{absolute file path: [size, mtime_ns, (hash)]} of every file under ``inputs``; inputs in
     ``skip`` (a store the step itself writes into) are left out."""
-    skipped = {os.path.abspath(s) for s in skip}
+    skipped = {location_key(s) for s in skip}
     out: Fingerprint = {}
     for inp in inputs:
+        if is_remote(inp):
+            if location_key(inp) not in skipped:
+                out.update(_remote_fingerprint(inp))
+            continue
         top = os.path.abspath(inp)
         if top in skipped or not os.path.exists(top):
             continue
@@ -59,6 +64,22 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
                 except OSError:
                     continue
     return out
+
+
+def _remote_fingerprint(top) -> Fingerprint:
+    """{url: [size, ETag]} of every object under a remote input: an object rewritten in place gets
+    a new ETag (S3's content hash for a single PUT)."""
+    from .object_store import key_of
+
+    fs = top.fs
+    try:
+        found = fs.find(key_of(top), detail=True)
+    except FileNotFoundError:
+        return {}
+    scheme = str(top).split("://", 1)[0]
+    return {f"{scheme}://{key}": [info.get("size"), str(info.get("ETag") or info.get("etag") or "")]
+            for key, info in sorted(found.items())
+            if not any(is_bookkeeping_name(part) for part in key.split("/"))}
 
 
 def changed_files(old: Fingerprint, new: Fingerprint) -> list[str]:

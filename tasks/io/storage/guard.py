@@ -88,6 +88,13 @@ def inside(root: str | os.PathLike[str], *parts: str, what: str = "path", resolv
         if os.path.isabs(part) or ".." in Path(part).parts:
             raise InputError(f"{root}: {what} {part!r} leaves its store ('..' or an absolute path); "
                              "paths in metadata must stay inside the store")
+    if hasattr(root, "fs") and hasattr(root, "protocol"):  # a remote store: names are all there is
+        joined = root
+        for part in parts:
+            for piece in str(part).split("/"):
+                if piece not in ("", "."):
+                    joined = joined / piece
+        return joined
     joined = Path(os.path.abspath(os.path.join(root, *parts)))
     if not resolve:
         return joined
@@ -390,15 +397,19 @@ def provenance_side_file(root: Path) -> Path:
     """Where a folder output (not a zarr store) keeps its provenance: ``zarrmill/provenance.json``
     when the output has that folder (compress's .b2nd sets: nnU-Net reads every top-level file as a
     case), else ``zarrmill-provenance.json`` at its top."""
-    root = Path(root)
+    from .location import as_location
+
+    root = as_location(root)
     return root / META_DIR / "provenance.json" if (root / META_DIR).is_dir() else root / PROVENANCE_FILE
 
 
 def provenance_owner(root: Path) -> str | None:
     """The owner id a store's provenance records (root attributes of a zarr store, else the side
     file zarrmill writes into a folder output), or None."""
+    from .location import as_location
+
     for name, inner in (("zarr.json", "attributes"), (".zattrs", None), ("", "")):
-        path = Path(root) / name if name else provenance_side_file(root)
+        path = as_location(root) / name if name else provenance_side_file(root)
         if not path.is_file():
             continue
         try:

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import zarr
 
+from ..storage.location import as_location
+
 PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
                 "dropped: cuboid crosses the image edge (edge: drop)")
 TABLE_COLUMNS = ("point_id", "center", "origin", "size", "label", "status")
@@ -30,7 +32,7 @@ def _ours(attrs: Any) -> dict[str, Any]:
 def patch_store_meta(root: Path) -> dict[str, Any] | None:
     """The ``zarrmill.patch_store`` attributes of a zarr group, or None."""
     for name in ("zarr.json", ".zattrs"):
-        path = Path(root) / name
+        path = as_location(root) / name
         if path.is_file():
             try:
                 doc = json.loads(path.read_text())
@@ -43,7 +45,7 @@ def patch_store_meta(root: Path) -> dict[str, Any] | None:
 
 
 def patch_store_problems(root: Path) -> list[str]:
-    root = Path(root)
+    root = as_location(root)
     meta = patch_store_meta(root) or {}
     if not meta.get("complete"):
         return [f"{root}: patch store is not complete (patch-extract did not finish); rerun it"]
@@ -104,11 +106,11 @@ def _dataset_problems(root: Path, kept: int, item_shape: list[int]) -> list[str]
 def compress_summary(root: Path) -> dict[str, Any] | None:
     """The summary compress writes: ``zarrmill/compress.json`` of a .b2nd set, or the
     ``zarrmill.compress_set`` attributes of a zarr set; None if neither is there."""
-    path = Path(root) / COMPRESS_SUMMARY
+    path = as_location(root) / COMPRESS_SUMMARY
     if not path.is_file():
-        if (Path(root) / "zarr.json").is_file():
+        if (as_location(root) / "zarr.json").is_file():
             try:
-                attrs = json.loads((Path(root) / "zarr.json").read_text()).get("attributes", {})
+                attrs = json.loads((as_location(root) / "zarr.json").read_text()).get("attributes", {})
             except (ValueError, UnicodeDecodeError, AttributeError):
                 return None
             doc = _ours(attrs).get(SUMMARY_ATTR)
@@ -131,7 +133,7 @@ def compressed_format(summary: dict[str, Any]) -> str:
 def compressed_set_problems(root: Path, summary: dict[str, Any]) -> list[str]:
     """Every case listed is there, opens, has the recorded shape and dtype and (``.b2nd``) the
     chunks and blocks its own metadata records; every chunk decodes (one at a time)."""
-    root = Path(root)
+    root = as_location(root)
     if summary.get("damaged"):
         return [f"{root / COMPRESS_SUMMARY}: not valid JSON; the set is damaged"]
     if summary.get("state") != "done":

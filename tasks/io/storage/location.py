@@ -1,0 +1,141 @@
+"""Where a store lives: a local folder, an S3 bucket (``s3://bucket/prefix``: read and write) or a
+web server (``https://...``: read only). One face for all of them: a local location is a
+``pathlib.Path``, a remote one a ``upath.UPath`` (the same operations over fsspec: ``/``,
+``exists``, ``read_bytes``, ``iterdir``), so tasks join names and read files without asking where
+the store is. Only the output guard, the ledger, locks and atomic writes differ by kind, each in
+one place (object_store.py).
+
+The endpoint and credentials come from where AWS tools look for them (``AWS_ENDPOINT_URL_S3`` /
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ``~/.aws``)
+and from a workflow's ``storage:`` block (endpoint, region, profile, anonymous), which sets the same
+variables for the run; a secret is never a parameter, so it never lands in provenance, a ledger, a
+log or a job script. A URL of any other scheme is one line, never a local path: ``Path("s3://b/x")``
+is the local folder ``s3:/b/x``."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Union
+
+from ...errors import ConfigError
+
+SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+WRITABLE = ("s3",)
+READABLE = ("s3", "https", "http")
+# a path a user typed with one slash where two belong: Path() turned s3://b into s3:/b on the way
+COLLAPSED = re.compile(r"^(s3|gs|gcs|az|abfs|https?):/[^/]")
+
+Location = Union[Path, Any]  # Path, or upath.UPath for a remote store
+
+
+def scheme_of(text: str | os.PathLike[str]) -> str | None:
+    """The URL scheme of ``text`` ('s3', 'https', ...), or None for a local path."""
+    if isinstance(text, Path):
+        return None
+    if hasattr(text, "protocol") and hasattr(text, "fs"):  # already a UPath
+        return str(text.protocol) or None
+    match = SCHEME.match(str(text))
+    return match["scheme"].lower() if match else None
+
+
+def is_remote(path: Any) -> bool:
+    return scheme_of(path) is not None
+
+
+def check_url(text: str, *, write: bool, what: str = "path") -> None:
+    """One line for a URL zarrmill cannot serve (an unknown scheme, a read-only one as an output,
+    an S3 URL without a bucket); nothing for a local path."""
+    if COLLAPSED.match(str(text)):
+        raise ConfigError(f"{text}: {what} looks like a URL with one '/' after the scheme; write it as "
+                          f"{str(text).replace(':/', '://', 1)}")
+    scheme = scheme_of(text)
+    if scheme is None:
+        return
+    if scheme not in READABLE:
+        raise ConfigError(f"{text}: {what} uses {scheme}://, which zarrmill does not serve; it reads and writes "
+                          "local paths and s3://bucket/prefix, and reads https:// (set the S3 endpoint for other "
+                          "S3-compatible stores)")
+    if write and scheme not in WRITABLE:
+        raise ConfigError(f"{text}: {what} is {scheme}://, which zarrmill only reads; write to a local path or "
+                          "s3://bucket/prefix")
+    if scheme == "http" and not _loopback(str(text)):
+        raise ConfigError(f"{text}: plain http:// is read only from this machine (127.0.0.1, localhost); use https://")
+    if scheme == "s3":
+        bucket, _, key = str(text)[len("s3://"):].partition("/")
+        if not bucket or not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+            raise ConfigError(f"{text}: {what} needs a valid bucket name (3-63 lower-case letters, digits, '.', '-')")
+        if write and not key.strip("/"):
+            raise ConfigError(f"{text}: {what} names a whole bucket; give a prefix, e.g. s3://{bucket}/plate.ome.zarr")
+
+
+def _loopback(url: str) -> bool:
+    host = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def as_location(path: str | os.PathLike[str] | Any) -> Location:
+    """A local ``Path``, or a ``UPath`` for a URL (fsspec takes endpoint and credentials from the
+    environment, as every AWS client does)."""
+    if hasattr(path, "protocol") and hasattr(path, "fs"):
+        return path
+    if scheme_of(path) is None:
+        return Path(path)
+    check_url(str(path), write=False)
+    from upath import UPath
+
+    return UPath(str(path).rstrip("/"))
+
+
+def location_key(path: Any) -> str:
+    """A comparable name: the URL of a remote location, the absolute path of a local one."""
+    return str(path).rstrip("/") if is_remote(path) else os.path.abspath(path)
+
+
+def url_join(base: Location, *parts: str) -> Location:
+    """``base / parts`` for either kind."""
+    out = base
+    for part in parts:
+        out = out / part
+    return out
+
+
+def reset_clients() -> None:
+    """Forget S3 clients made earlier in this process: fsspec keeps one per set of options, with the
+    endpoint and credentials it saw first."""
+    import sys
+
+    if "s3fs" in sys.modules:
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+
+
+STORAGE_ENV = {"endpoint": ("AWS_ENDPOINT_URL_S3",), "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+               "profile": ("AWS_PROFILE",)}
+
+
+def apply_storage_block(block: dict[str, Any] | None) -> None:
+    """A workflow's ``storage:`` block (endpoint, region, profile, anonymous) as the environment
+    variables every S3 client reads, for this run and the workers it starts. Secrets are not
+    accepted here: they stay where AWS tools keep them."""
+    if not block:
+        return
+    allowed = set(STORAGE_ENV) | {"anonymous"}
+    unknown = sorted(set(block) - allowed)
+    if unknown:
+        secret = [k for k in unknown if "key" in k.lower() or "secret" in k.lower() or "token" in k.lower()]
+        if secret:
+            raise ConfigError(f"storage: {', '.join(secret)} is a credential; workflow files never hold credentials: "
+                              "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile in ~/.aws instead")
+        raise ConfigError(f"storage: unknown setting {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+    if "anonymous" in block and not isinstance(block["anonymous"], bool):
+        raise ConfigError("storage: anonymous must be true or false")
+    for key, names in STORAGE_ENV.items():
+        if block.get(key):
+            for name in names:
+                os.environ[name] = str(block[key])
+    if block.get("anonymous"):
+        os.environ["FSSPEC_S3_ANON"] = "true"  # fsspec reads FSSPEC_<PROTOCOL>_<OPTION> at import (workers)
+        import fsspec.config
+
+        fsspec.config.conf.setdefault("s3", {})["anon"] = True  # and this process, imported already
+    reset_clients()

@@ -1,0 +1,263 @@
+"""Stores in an S3 bucket, against a real S3 server process on 127.0.0.1 (moto's standalone server,
+with authentication on; tests/s3_server.py), never a mock of a client:
+
+- ingest (layout fov and well) and pyramid write to s3:// the same objects as the same run on disk;
+- check, zarr-python, ome-zarr-py's Reader and ngio open what it wrote, pixels equal to disk;
+- a rerun skips, a killed run reruns to the same objects;
+- a foreign prefix, a bucket that does not exist, wrong credentials, an unreachable endpoint and a
+  URL zarrmill cannot serve are each one line, exit 2, nothing written and nothing deleted;
+- no credential lands in any object, bookkeeping, log or dry-run output."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from conftest import IN_CI, tree_digest
+from s3_server import MOTO, S3Server
+
+from zarrmill.io.storage.guard import is_bookkeeping_name
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    if not MOTO.exists():
+        if IN_CI:
+            pytest.fail(f"{MOTO} missing: tests/run makes .venv-moto (moto[server])")
+        pytest.skip(f"no moto venv at {MOTO} (bash tests/run makes it)")
+    server = S3Server().start(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(s3, monkeypatch):
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "FSSPEC_S3_ANON"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    return s3
+
+
+_BUCKETS = iter(range(10_000))
+
+
+@pytest.fixture
+def bucket(env) -> str:
+    return env.make_bucket(f"zm-{os.getpid()}-{next(_BUCKETS)}")
+
+
+def generate(cli, raw: Path, fmt: str = "cellvoyager") -> Path:
+    code, _, err = cli("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}", "--set", f"format={fmt}",
+                       "--set", "wells=[B03,C04]", "--set", "grid=[2,2]", "--set", "shape=[48,64]",
+                       "--set", "z_planes=2", "--set", "channels=2")
+    assert code == 0, err
+    return raw
+
+
+def task(cli, name: str, *sets: str, executor: str = "sync"):
+    args = ["task", name, "--executor", executor]
+    for s in sets:
+        args += ["--set", s]
+    return cli(*args)
+
+
+def digest_objects(objects: dict[str, bytes]) -> dict[str, str]:
+    """As conftest.tree_digest: bookkeeping and provenance left out."""
+    from conftest import _without_provenance
+
+    out = {}
+    for rel, data in sorted(objects.items()):
+        if any(is_bookkeeping_name(p) for p in rel.split("/")):
+            continue
+        if rel.rsplit("/", 1)[-1] in ("zarr.json", ".zattrs"):
+            data = _without_provenance(data)
+        out[rel] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("layout,executor", [("fov", "sync"), ("well", "threads"), ("well", "local")])
+def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket, env, layout, executor):
+    raw = generate(cli, tmp_path / "raw")
+    sets = [f"input={raw}", f"layout={layout}", "min_size=16"]
+    code, _, err = task(cli, "ingest", *sets, f"output={tmp_path / 'disk.zarr'}", executor=executor)
+    assert code == 0, err
+    url = f"s3://{bucket}/plates/p.ome.zarr"
+    code, _, err = task(cli, "ingest", *sets, f"output={url}", executor=executor)
+    assert code == 0, err
+    remote = env.objects(f"{bucket}/plates/p.ome.zarr")
+    assert digest_objects(remote) == tree_digest(tmp_path / "disk.zarr")
+    code, out, err = cli("check", url)
+    assert code == 0, out + err
+    # a rerun finds its ledger in the bucket and skips
+    code, _, err = task(cli, "ingest", *sets, f"output={url}", executor=executor)
+    assert code == 0 and "already done" in err, err
+    # bookkeeping beside the store, not in it
+    assert not any(".zarrmill" in k for k in remote)
+    assert any(k.endswith("owner.json") for k in env.objects(f"{bucket}/plates/.p.ome.zarr.zarrmill"))
+
+
+def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, bucket, env):
+    raw = generate(cli, tmp_path / "raw")
+    url = f"s3://{bucket}/p.ome.zarr"
+    for out in (str(tmp_path / "disk.zarr"), url):
+        code, _, err = task(cli, "ingest", f"input={raw}", f"output={out}")
+        assert code == 0, err
+        code, _, err = task(cli, "pyramid", f"input={out}", "min_size=16")
+        assert code == 0, err
+    assert digest_objects(env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
+    code, out, err = cli("check", url)
+    assert code == 0 and "ok (plate" in out, out + err
+    disk = np.asarray(zarr.open_array(str(tmp_path / "disk.zarr" / "B" / "03" / "0" / "1"), mode="r")[:])
+    # zarr-python straight from the bucket
+    remote = np.asarray(zarr.open_array(f"{url}/B/03/0/1", mode="r")[:])
+    np.testing.assert_array_equal(remote, disk)
+    # ome-zarr-py's Reader, from the server over its own URL handling
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    nodes = list(Reader(parse_url(f"{url}/B/03/0"))())
+    np.testing.assert_array_equal(np.asarray(nodes[0].data[1]), disk)
+    # ngio (Fractal's reader)
+    import ngio
+
+    plate = ngio.open_ome_zarr_plate(url)
+    image = plate.get_image("B", "03", "0")
+    np.testing.assert_array_equal(np.asarray(image.get_image(path="1").get_array()), disk)
+
+
+def test_a_foreign_prefix_is_refused_and_left_as_it_was(cli, tmp_path, bucket, env):
+    raw = generate(cli, tmp_path / "raw")
+    fs = env.fs()
+    fs.pipe_file(f"{bucket}/theirs/data.bin", b"someone else's")
+    fs.pipe_file(f"{bucket}/theirs/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    before = env.objects(f"{bucket}/theirs")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = cli("task", "ingest", "--executor", "sync", *extra, "--set", f"input={raw}",
+                           "--set", f"output=s3://{bucket}/theirs")
+        assert code == 2 and "did not create" in err and len(err.strip().splitlines()) == 1, err
+        assert env.objects(f"{bucket}/theirs") == before
+    assert not env.objects(f"{bucket}/.theirs.zarrmill")
+
+
+def test_overwrite_replaces_only_its_own_store_and_leaves_neighbours(cli, tmp_path, bucket, env):
+    raw = generate(cli, tmp_path / "raw")
+    fs = env.fs()
+    fs.pipe_file(f"{bucket}/p.ome.zarr-notes/readme.txt", b"a neighbour sharing the name's start")
+    code, _, err = task(cli, "ingest", f"input={raw}", f"output=s3://{bucket}/p.ome.zarr")
+    assert code == 0, err
+    first = digest_objects(env.objects(f"{bucket}/p.ome.zarr"))
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--overwrite", "--set", f"input={raw}",
+                       "--set", f"output=s3://{bucket}/p.ome.zarr", "--set", "channel_names=[a,b]")
+    assert code == 0, err
+    assert digest_objects(env.objects(f"{bucket}/p.ome.zarr")) != first
+    assert env.objects(f"{bucket}/p.ome.zarr-notes") == {"readme.txt": b"a neighbour sharing the name's start"}
+
+
+@pytest.mark.parametrize("case", ["no bucket", "wrong secret", "unknown key", "unreachable", "gs scheme",
+                                  "one slash", "https output", "whole bucket"])
+def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path, bucket, env, monkeypatch, case):
+    raw = generate(cli, tmp_path / "raw")
+    url = f"s3://{bucket}/p.ome.zarr"
+    expect = {"no bucket": "does not exist", "wrong secret": "refused the credentials",
+              "unknown key": "refused the credentials", "unreachable": "cannot reach the S3 endpoint",
+              "gs scheme": "does not serve", "one slash": "one '/' after the scheme",
+              "https output": "only reads", "whole bucket": "names a whole bucket"}[case]
+    if case == "no bucket":
+        url = "s3://no-such-bucket-here/p.ome.zarr"
+    elif case == "wrong secret":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    elif case == "unknown key":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAKEYATALL0000")
+    elif case == "unreachable":
+        from s3_server import free_port
+
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    elif case == "gs scheme":
+        url = "gs://lab/p.ome.zarr"
+    elif case == "one slash":
+        url = f"s3:/{bucket}/p.ome.zarr"
+    elif case == "https output":
+        url = "https://example.org/p.ome.zarr"
+    elif case == "whole bucket":
+        url = f"s3://{bucket}"
+    before = set(os.listdir(tmp_path))
+    t0 = time.monotonic()
+    code, _, err = task(cli, "ingest", f"input={raw}", f"output={url}")
+    errors = [line for line in err.splitlines() if line.startswith("zarrmill: error")]
+    assert code == 2 and len(errors) == 1 and expect in errors[0], err
+    assert time.monotonic() - t0 < 60, "refused before any work"
+    assert set(os.listdir(tmp_path)) == before, "nothing written locally (no folder named s3:)"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env.secret)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env.key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", env.endpoint)
+    assert env.objects(bucket) == {}
+
+
+def test_a_task_without_object_stores_says_so(cli, tmp_path, bucket):
+    code, _, err = task(cli, "compress", f"input={tmp_path}", f"output=s3://{bucket}/c")
+    assert code == 2 and "reads and writes local paths only" in err, err
+
+
+def test_a_killed_run_reruns_to_the_same_objects(cli, tmp_path, bucket, env):
+    raw = generate(cli, tmp_path / "raw")
+    code, _, err = task(cli, "ingest", f"input={raw}", f"output=s3://{bucket}/whole.ome.zarr", "layout=well",
+                        "min_size=16")
+    assert code == 0, err
+    url = f"s3://{bucket}/killed.ome.zarr"
+    cmd = [sys.executable, "-m", "zarrmill", "task", "ingest", "--executor", "sync", "--set", f"input={raw}",
+           "--set", f"output={url}", "--set", "layout=well", "--set", "min_size=16"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # killed once the first unit is recorded
+        if any("/done/" in k for k in env.keys(f"{bucket}/.killed.ome.zarr.zarrmill")):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    code, _, err = task(cli, "ingest", f"input={raw}", f"output={url}", "layout=well", "min_size=16")
+    assert code == 0, err
+    assert digest_objects(env.objects(f"{bucket}/killed.ome.zarr")) == \
+        digest_objects(env.objects(f"{bucket}/whole.ome.zarr"))
+    code, out, err = cli("check", url)
+    assert code == 0, out + err
+
+
+def test_no_credential_lands_in_anything_zarrmill_writes(cli, tmp_path, bucket, env):
+    raw = generate(cli, tmp_path / "raw")
+    url = f"s3://{bucket}/p.ome.zarr"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(json.dumps({"name": "s3", "storage": {"region": "us-east-1"}, "steps": {
+        "ingest": {"task": "ingest", "params": {"input": str(raw), "output": url, "layout": "well", "min_size": 16}}}}))
+    code, dry, err = cli("run", str(wf), "--dry-run")
+    assert code == 0, err
+    code, out, err = cli("run", str(wf))
+    assert code == 0, err
+    secret = env.secret.encode()
+    for key, data in env.objects(bucket).items():
+        assert secret not in data and env.key.encode() not in data, key
+    for text in (dry, out, err):
+        assert env.secret not in text
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill"
+    for path in [*tmp_path.rglob("*"), *(state.rglob("*") if state.exists() else [])]:
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert secret not in path.read_bytes(), path
+
+
+def test_a_credential_in_the_storage_block_is_refused(cli, tmp_path, bucket):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(json.dumps({"name": "s3", "storage": {"secret_access_key": "x"}, "steps": {
+        "g": {"task": "generate-plate", "params": {"output": str(tmp_path / "raw")}}}}))
+    code, _, err = cli("run", str(wf))
+    assert code == 2 and "storage" in err, err
