@@ -120,3 +120,34 @@ def slurm() -> str:
 def squeue_names() -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%j %T"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+# -- a real S3 server (moto's, its own process on 127.0.0.1; tests/s3_server.py) -----------------
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    from s3_server import MOTO, S3Server
+
+    if not MOTO.exists():
+        if IN_CI:
+            pytest.fail(f"{MOTO} missing: tests/run makes .venv-moto (moto[server])")
+        pytest.skip(f"no moto venv at {MOTO} (bash tests/run makes it)")
+    server = S3Server().start(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3env(s3, monkeypatch):
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "FSSPEC_S3_ANON"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    return s3
+
+
+_BUCKETS = iter(range(10_000))
+
+
+@pytest.fixture
+def bucket(s3env) -> str:
+    return s3env.make_bucket(f"zm-{os.getpid()}-{next(_BUCKETS)}")

@@ -21,40 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import IN_CI, tree_digest
-from s3_server import MOTO, S3Server
+from conftest import tree_digest
 
 from zarrmill.io.storage.guard import is_bookkeeping_name
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    if not MOTO.exists():
-        if IN_CI:
-            pytest.fail(f"{MOTO} missing: tests/run makes .venv-moto (moto[server])")
-        pytest.skip(f"no moto venv at {MOTO} (bash tests/run makes it)")
-    server = S3Server().start(tmp_path_factory.mktemp("moto") / "moto.log")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def env(s3, monkeypatch):
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN", "FSSPEC_S3_ANON"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in s3.env().items():
-        monkeypatch.setenv(name, value)
-    return s3
-
-
-_BUCKETS = iter(range(10_000))
-
-
-@pytest.fixture
-def bucket(env) -> str:
-    return env.make_bucket(f"zm-{os.getpid()}-{next(_BUCKETS)}")
 
 
 def generate(cli, raw: Path, fmt: str = "cellvoyager") -> Path:
@@ -87,7 +58,7 @@ def digest_objects(objects: dict[str, bytes]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("layout,executor", [("fov", "sync"), ("well", "threads"), ("well", "local")])
-def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket, env, layout, executor):
+def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket, s3env, layout, executor):
     raw = generate(cli, tmp_path / "raw")
     sets = [f"input={raw}", f"layout={layout}", "min_size=16"]
     code, _, err = task(cli, "ingest", *sets, f"output={tmp_path / 'disk.zarr'}", executor=executor)
@@ -95,7 +66,7 @@ def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket
     url = f"s3://{bucket}/plates/p.ome.zarr"
     code, _, err = task(cli, "ingest", *sets, f"output={url}", executor=executor)
     assert code == 0, err
-    remote = env.objects(f"{bucket}/plates/p.ome.zarr")
+    remote = s3env.objects(f"{bucket}/plates/p.ome.zarr")
     assert digest_objects(remote) == tree_digest(tmp_path / "disk.zarr")
     code, out, err = cli("check", url)
     assert code == 0, out + err
@@ -104,10 +75,10 @@ def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket
     assert code == 0 and "already done" in err, err
     # bookkeeping beside the store, not in it
     assert not any(".zarrmill" in k for k in remote)
-    assert any(k.endswith("owner.json") for k in env.objects(f"{bucket}/plates/.p.ome.zarr.zarrmill"))
+    assert any(k.endswith("owner.json") for k in s3env.objects(f"{bucket}/plates/.p.ome.zarr.zarrmill"))
 
 
-def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, bucket, env):
+def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, bucket, s3env):
     raw = generate(cli, tmp_path / "raw")
     url = f"s3://{bucket}/p.ome.zarr"
     for out in (str(tmp_path / "disk.zarr"), url):
@@ -115,7 +86,7 @@ def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, 
         assert code == 0, err
         code, _, err = task(cli, "pyramid", f"input={out}", "min_size=16")
         assert code == 0, err
-    assert digest_objects(env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
+    assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
     code, out, err = cli("check", url)
     assert code == 0 and "ok (plate" in out, out + err
     disk = np.asarray(zarr.open_array(str(tmp_path / "disk.zarr" / "B" / "03" / "0" / "1"), mode="r")[:])
@@ -136,37 +107,37 @@ def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, 
     np.testing.assert_array_equal(np.asarray(image.get_image(path="1").get_array()), disk)
 
 
-def test_a_foreign_prefix_is_refused_and_left_as_it_was(cli, tmp_path, bucket, env):
+def test_a_foreign_prefix_is_refused_and_left_as_it_was(cli, tmp_path, bucket, s3env):
     raw = generate(cli, tmp_path / "raw")
-    fs = env.fs()
+    fs = s3env.fs()
     fs.pipe_file(f"{bucket}/theirs/data.bin", b"someone else's")
     fs.pipe_file(f"{bucket}/theirs/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
-    before = env.objects(f"{bucket}/theirs")
+    before = s3env.objects(f"{bucket}/theirs")
     for extra in ([], ["--overwrite"]):
         code, _, err = cli("task", "ingest", "--executor", "sync", *extra, "--set", f"input={raw}",
                            "--set", f"output=s3://{bucket}/theirs")
         assert code == 2 and "did not create" in err and len(err.strip().splitlines()) == 1, err
-        assert env.objects(f"{bucket}/theirs") == before
-    assert not env.objects(f"{bucket}/.theirs.zarrmill")
+        assert s3env.objects(f"{bucket}/theirs") == before
+    assert not s3env.objects(f"{bucket}/.theirs.zarrmill")
 
 
-def test_overwrite_replaces_only_its_own_store_and_leaves_neighbours(cli, tmp_path, bucket, env):
+def test_overwrite_replaces_only_its_own_store_and_leaves_neighbours(cli, tmp_path, bucket, s3env):
     raw = generate(cli, tmp_path / "raw")
-    fs = env.fs()
+    fs = s3env.fs()
     fs.pipe_file(f"{bucket}/p.ome.zarr-notes/readme.txt", b"a neighbour sharing the name's start")
     code, _, err = task(cli, "ingest", f"input={raw}", f"output=s3://{bucket}/p.ome.zarr")
     assert code == 0, err
-    first = digest_objects(env.objects(f"{bucket}/p.ome.zarr"))
+    first = digest_objects(s3env.objects(f"{bucket}/p.ome.zarr"))
     code, _, err = cli("task", "ingest", "--executor", "sync", "--overwrite", "--set", f"input={raw}",
                        "--set", f"output=s3://{bucket}/p.ome.zarr", "--set", "channel_names=[a,b]")
     assert code == 0, err
-    assert digest_objects(env.objects(f"{bucket}/p.ome.zarr")) != first
-    assert env.objects(f"{bucket}/p.ome.zarr-notes") == {"readme.txt": b"a neighbour sharing the name's start"}
+    assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) != first
+    assert s3env.objects(f"{bucket}/p.ome.zarr-notes") == {"readme.txt": b"a neighbour sharing the name's start"}
 
 
 @pytest.mark.parametrize("case", ["no bucket", "wrong secret", "unknown key", "unreachable", "gs scheme",
                                   "one slash", "https output", "whole bucket"])
-def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path, bucket, env, monkeypatch, case):
+def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path, bucket, s3env, monkeypatch, case):
     raw = generate(cli, tmp_path / "raw")
     url = f"s3://{bucket}/p.ome.zarr"
     expect = {"no bucket": "does not exist", "wrong secret": "refused the credentials",
@@ -199,10 +170,10 @@ def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path,
     assert code == 2 and len(errors) == 1 and expect in errors[0], err
     assert time.monotonic() - t0 < 60, "refused before any work"
     assert set(os.listdir(tmp_path)) == before, "nothing written locally (no folder named s3:)"
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", env.secret)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", env.key)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", env.endpoint)
-    assert env.objects(bucket) == {}
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3env.secret)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3env.key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3env.endpoint)
+    assert s3env.objects(bucket) == {}
 
 
 def test_a_task_without_object_stores_says_so(cli, tmp_path, bucket):
@@ -210,7 +181,7 @@ def test_a_task_without_object_stores_says_so(cli, tmp_path, bucket):
     assert code == 2 and "reads and writes local paths only" in err, err
 
 
-def test_a_killed_run_reruns_to_the_same_objects(cli, tmp_path, bucket, env):
+def test_a_killed_run_reruns_to_the_same_objects(cli, tmp_path, bucket, s3env):
     raw = generate(cli, tmp_path / "raw")
     code, _, err = task(cli, "ingest", f"input={raw}", f"output=s3://{bucket}/whole.ome.zarr", "layout=well",
                         "min_size=16")
@@ -221,20 +192,20 @@ def test_a_killed_run_reruns_to_the_same_objects(cli, tmp_path, bucket, env):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # killed once the first unit is recorded
-        if any("/done/" in k for k in env.keys(f"{bucket}/.killed.ome.zarr.zarrmill")):
+        if any("/done/" in k for k in s3env.keys(f"{bucket}/.killed.ome.zarr.zarrmill")):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     code, _, err = task(cli, "ingest", f"input={raw}", f"output={url}", "layout=well", "min_size=16")
     assert code == 0, err
-    assert digest_objects(env.objects(f"{bucket}/killed.ome.zarr")) == \
-        digest_objects(env.objects(f"{bucket}/whole.ome.zarr"))
+    assert digest_objects(s3env.objects(f"{bucket}/killed.ome.zarr")) == \
+        digest_objects(s3env.objects(f"{bucket}/whole.ome.zarr"))
     code, out, err = cli("check", url)
     assert code == 0, out + err
 
 
-def test_no_credential_lands_in_anything_zarrmill_writes(cli, tmp_path, bucket, env):
+def test_no_credential_lands_in_anything_zarrmill_writes(cli, tmp_path, bucket, s3env):
     raw = generate(cli, tmp_path / "raw")
     url = f"s3://{bucket}/p.ome.zarr"
     wf = tmp_path / "wf.yaml"
@@ -244,11 +215,11 @@ def test_no_credential_lands_in_anything_zarrmill_writes(cli, tmp_path, bucket, 
     assert code == 0, err
     code, out, err = cli("run", str(wf))
     assert code == 0, err
-    secret = env.secret.encode()
-    for key, data in env.objects(bucket).items():
-        assert secret not in data and env.key.encode() not in data, key
+    secret = s3env.secret.encode()
+    for key, data in s3env.objects(bucket).items():
+        assert secret not in data and s3env.key.encode() not in data, key
     for text in (dry, out, err):
-        assert env.secret not in text
+        assert s3env.secret not in text
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill"
     for path in [*tmp_path.rglob("*"), *(state.rglob("*") if state.exists() else [])]:
         if path.is_file() and path.stat().st_size < 50_000_000:

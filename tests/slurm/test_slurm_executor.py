@@ -329,3 +329,26 @@ def test_every_instrument_format_ingests_on_slurm_workers_as_in_one_process(cli,
     assert code == 0, err
     for fmt in formats:
         assert tree_digest(tmp_path / "slurm" / f"{fmt}.zarr") == tree_digest(tmp_path / "sync" / f"{fmt}.zarr"), fmt
+
+
+def test_ingest_to_s3_on_slurm_workers_writes_what_one_process_writes(cli, slurm, tmp_path, bucket, s3env):
+    """SLURM workers take the endpoint and credentials from the environment of the job (as every
+    AWS client does); the job scripts hold no credential."""
+    raw = tmp_path / "raw"
+    assert cli("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}", "--set", "wells=[B03,C04]",
+               "--set", "grid=[2,2]", "--set", "shape=[48,64]", "--set", "z_planes=2")[0] == 0
+
+    def steps(out: str) -> dict:
+        return {"ingest": {"task": "ingest", "params": {"input": str(raw), "output": out, "layout": "well",
+                                                         "min_size": 16}}}
+
+    assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(str(tmp_path / "disk.zarr"))))[0] == 0
+    code, _, err = cli("run", write_workflow(tmp_path / "slurm.yaml", steps(f"s3://{bucket}/p.ome.zarr"),
+                                             name="s3 slurm", executor=slurm_executor(slurm, tmp_path)))
+    assert code == 0, err
+    from test_object_store import digest_objects
+
+    assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
+    for script in (tmp_path / "run").rglob("*"):
+        if script.is_file():
+            assert s3env.secret.encode() not in script.read_bytes(), script
