@@ -232,3 +232,62 @@ def test_a_credential_in_the_storage_block_is_refused(cli, tmp_path, bucket):
         "g": {"task": "generate-plate", "params": {"output": str(tmp_path / "raw")}}}}))
     code, _, err = cli("run", str(wf))
     assert code == 2 and "storage" in err, err
+
+
+def test_throttling_is_retried_and_the_run_finishes_with_the_same_objects(cli, tmp_path, bucket, s3env, monkeypatch):
+    from s3_faults import FaultyProxy
+    from s3_server import free_port
+
+    raw = generate(cli, tmp_path / "raw")
+    sets = [f"input={raw}", "layout=well", "min_size=16"]
+    assert task(cli, "ingest", *sets, f"output={tmp_path / 'disk.zarr'}")[0] == 0
+    proxy = FaultyProxy(s3env.port, free_port(), throttle_every=4).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        code, _, err = task(cli, "ingest", *sets, f"output=s3://{bucket}/p.ome.zarr")
+    finally:
+        proxy.stop()
+    assert code == 0, err
+    assert proxy.throttled > 5, "the proxy throttled writes"
+    assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
+
+
+def test_a_server_gone_mid_run_is_one_failure_line_and_the_rerun_finishes(cli, tmp_path, bucket, s3env, monkeypatch):
+    import threading
+
+    from s3_faults import FaultyProxy
+    from s3_server import free_port
+
+    raw = tmp_path / "raw"
+    assert task(cli, "generate-plate", f"output={raw}", "wells=[B03,C04,D05]", "grid=[3,3]", "shape=[64,80]",
+                "z_planes=3")[0] == 0
+    sets = [f"input={raw}", "min_size=16"]
+    assert task(cli, "ingest", *sets, f"output={tmp_path / 'disk.zarr'}")[0] == 0
+    proxy = FaultyProxy(s3env.port, free_port()).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+
+    def take_it_away() -> None:  # once the first plane is in the bucket
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("/c/" in k for k in s3env.keys(f"{bucket}/p.ome.zarr")):
+            time.sleep(0.01)
+        proxy.stop()
+
+    watcher = threading.Thread(target=take_it_away)
+    watcher.start()
+    # its own process, as a real run: the lock it cannot remove with the server gone is taken over
+    # by the rerun once its holder is gone
+    done = subprocess.run([sys.executable, "-m", "zarrmill", "task", "ingest", "--executor", "sync",
+                           *[a for s in sets for a in ("--set", s)], "--set", f"output=s3://{bucket}/p.ome.zarr"],
+                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    watcher.join()
+    errors = [line for line in done.stderr.splitlines() if line.startswith("zarrmill: error")]
+    assert done.returncode in (1, 2) and len(errors) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    proxy.start()
+    try:
+        code, _, err = task(cli, "ingest", *sets, f"output=s3://{bucket}/p.ome.zarr")
+    finally:
+        proxy.stop()
+    assert code == 0, err
+    assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")

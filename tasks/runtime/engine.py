@@ -93,10 +93,25 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     except BaseException as err:
         if _unnamed_os_error(err):  # a full disk, said by a write that names no file
             err.filename = str(guard.root)
-        guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
+        remote_failure = is_remote(root) and not isinstance(err, ZarrmillError) and _storage_error(err)
+        try:
+            guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
+        except Exception:  # noqa: BLE001 - a server that is gone cannot be cleaned now; the rerun resumes
+            if not remote_failure:
+                raise
+        if remote_failure and isinstance(err, Exception):
+            from ..io.storage.object_store import describe_access_error
+
+            raise StepFailedError(f"step '{step}' ({task.name}): {describe_access_error(root, err)}; rerun once it is "
+                                  f"resolved: the units done so far are kept") from err
         raise
     finally:
-        lock.release()
+        try:
+            lock.release()
+        except Exception as err:  # noqa: BLE001 - a lock left in a bucket goes stale; the next run takes it over
+            if not is_remote(root):
+                raise
+            log.warning("could not remove the run lock of %s (%s); it goes stale by itself", root, type(err).__name__)
 
 
 def local_error_log(root: Any, step: str) -> Path:
@@ -107,6 +122,19 @@ def local_error_log(root: Any, step: str) -> Path:
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill" / "logs"
     digest = hashlib.sha256(f"{root}\0{step}".encode()).hexdigest()[:12]
     return base / f"{Path(str(root)).name}-{step}-{digest}.log"
+
+
+def _storage_error(err: BaseException) -> bool:
+    """An error of the object-store client (connection, refusal, timeout), however it is wrapped."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        module = type(err).__module__ or ""
+        if module.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3") or isinstance(
+                err, (ConnectionError, TimeoutError, PermissionError)):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _unnamed_os_error(err: BaseException) -> bool:
