@@ -43,6 +43,7 @@ from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
@@ -222,7 +223,7 @@ def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:
         ctx.guard.make_dirs(out / SUMMARY_DIR)
         atomic_write_json(out / SUMMARY, summary)
         return
-    group = zarr.open_group(str(out), mode="a")
+    group = zarr.open_group(zarr_url(out), mode="a")
     group.attrs["zarrmill"] = {**group.attrs.get("zarrmill", {}), SUMMARY_ATTR: summary}
 
 
@@ -277,7 +278,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
                                  name=src.name)
             if src.path.is_dir():  # an OME-Zarr image: its ROI tables and label images come along
                 carry_subtrees(src.path, Path(p.output) / src.name, 3, ctx.guard)
-            zarr.open_group(str(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
+            zarr.open_group(zarr_url(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
                 "patch": patch_of(p), "layout": p.layout}
     if _nnunet(p):

@@ -50,6 +50,7 @@ from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_seri
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
 from .runtime.contract import THREADS, PlanContext, Unit
+from .io.storage.location import zarr_url
 
 MAX_LISTED = 5
 BATCH_BYTES = 32 * 2**20
@@ -220,7 +221,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
     fields = acq.fields()
     paths = [field_path(r, c, f, acq) for (r, c, f) in fields]
-    arrays = [zarr.open_array(str(root / path / "0"), mode="r") for path in paths]
+    arrays = [zarr.open_array(zarr_url(root / path / "0"), mode="r") for path in paths]
     windows = channel_windows(arrays, field_axes(acq), acq.dtype)
     for ((row, col, fld), planes), path in zip(fields.items(), paths):
         first = planes[0]
@@ -275,7 +276,7 @@ def _finish_image(p: Params) -> None:
 
     spec, sizes, axes = _image_spec(p)
     scale = [sizes.get(a, 1.0) for a in axes]
-    arr = zarr.open_array(str(p.output_path() / "0"), mode="r")
+    arr = zarr.open_array(zarr_url(p.output_path() / "0"), mode="r")
     n_c = spec.shape[axes.index("c")] if "c" in axes else 1
     extra = {}
     if "c" in axes:

@@ -34,6 +34,7 @@ from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, read_plane_into
 from .io.storage.guard import OutputGuard
 from .runtime.contract import PlanContext, Unit
+from .io.storage.location import zarr_url
 
 
 
@@ -127,7 +128,7 @@ def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
                          "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                          "acquired": first.time,
                          "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]})
-        group = zarr.open_group(str(rp.output_path() / well.path / rp.image_name), mode="a",
+        group = zarr.open_group(zarr_url(rp.output_path() / well.path / rp.image_name), mode="a",
                                 zarr_format=NGFF_FORMATS[version])
         group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
     reshard.finish_wells(rp, plate, wells, version, guard)

@@ -30,6 +30,7 @@ from .io.ngff.metadata import (
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
 from .runtime.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 UNIT_MB = 64
 
@@ -133,7 +134,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     write_image_metadata(root, meta.version, meta.axes, levels, name=p.name, extra={"image-label": label})
     labels_attrs, _ = read_attrs(Path(p.image) / "labels")
     names = sorted(set(labels_attrs.get("labels", [])) | {p.name})
-    group = zarr.open_group(str(Path(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
+    group = zarr.open_group(zarr_url(Path(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
     update_ngff_attrs(group, meta.version, {"labels": names, **({"version": "0.5"} if meta.version == "0.5" else {})})
 
 

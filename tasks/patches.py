@@ -49,6 +49,7 @@ from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_im
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points.csv shows
 
@@ -246,7 +247,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     ensure_array(out, "patches", spec, ctx)
     ensure_group(out / "table", 3, ctx)
     for name, values in req.items():
-        col = zarr.create_array(str(out / "table" / name), shape=values.shape, dtype=values.dtype,
+        col = zarr.create_array(zarr_url(out / "table" / name), shape=values.shape, dtype=values.dtype,
                                 chunks=values.shape, overwrite=True)
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
@@ -296,7 +297,7 @@ def unit_ranges(layer: np.ndarray, shard: int, per_unit: int) -> list[tuple[int,
 def run_unit(p: Params, unit: Unit) -> int:
     arr, vs = open_image(p)
     out = Path(p.output)
-    table = {k: zarr.open_array(str(out / "table" / k), mode="r")[unit["start"]:unit["stop"]]
+    table = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[unit["start"]:unit["stop"]]
              for k in ("origin", "size", "status")}
     n_space = len(out_size(p))
     lead_shape = arr.shape[:-n_space]
@@ -322,7 +323,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 def finish(p: Params, ctx: PlanContext) -> None:
     out = Path(p.output)
-    cols = {k: zarr.open_array(str(out / "table" / k), mode="r")[...] for k in
+    cols = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[...] for k in
             ("point_id", "center", "origin", "size", "label", "status")}
     n_space = cols["center"].shape[1]
     axes = "zyx"[-n_space:]
@@ -337,7 +338,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     atomic_write_bytes(out / "points.csv", buf.getvalue().encode())
     arr, vs = open_image(p)
     kept = int((cols["status"] == 0).sum())
-    zarr.open_group(str(out), mode="a").attrs["zarrmill"] = {"patch_store": {
+    zarr.open_group(zarr_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {
         "source": str(Path(p.input).resolve()), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
         "network_voxel_size": p.network_voxel_size, "patch_size": list(out_size(p)), "centering": p.centering,
         "edge": p.edge, "points": p.points, "n": len(cols["point_id"]), "kept": kept,

@@ -44,6 +44,7 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .runtime.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 MAX_LEVELS = 12
 SLAB_BYTES = 4 * 2**20
@@ -222,7 +223,7 @@ def run_level_unit(base: Path, unit: Unit) -> int:
     """Build one region of one level from the previous level as stored. The region (a whole
     shard) is assembled slab by slab, so memory is the shard plus one slab, not 2^n x the shard."""
     root = base / unit["image"]
-    src = zarr.open_array(str(root / unit["src"]), mode="r")
+    src = zarr.open_array(zarr_url(root / unit["src"]), mode="r")
     dst = open_for_write(root / unit["dst"], sparse=unit.get("sparse", False))
     factors = tuple(unit["factors"])
     region = [tuple(r) for r in unit["region"]]

@@ -35,6 +35,7 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .runtime.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 UNIT_MB = 64
 
@@ -111,7 +112,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 def run_unit(p: Params, unit: Unit) -> int:
     sl = region_slices(unit["region"])
-    src = zarr.open_array(str(Path(p.input) / unit["path"]), mode="r")
+    src = zarr.open_array(zarr_url(Path(p.input) / unit["path"]), mode="r")
     dst = open_for_write(Path(p.output) / unit["path"])
     data = np.asarray(src[sl])
     write_region(dst, [a for a, _ in unit["region"]], data)

@@ -61,6 +61,7 @@ from .io.ngff.metadata import (
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .io.storage.location import zarr_url
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
@@ -314,7 +315,7 @@ def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
 def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
     """Paint from zarr images under ``base`` (FOV images, or well images for the overview)."""
     def read(fov: Fov, lead_sl: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
-        arr = zarr.open_array(str(base / fov.path / fov.extra["level_path"]), mode="r")
+        arr = zarr.open_array(zarr_url(base / fov.path / fov.extra["level_path"]), mode="r")
         # a source may have fewer planes on a lead axis (overview: wells with fewer z): zero-pad
         lead = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(lead_sl, arr.shape))
         data = np.asarray(arr[lead + spatial])
@@ -403,7 +404,7 @@ def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) ->
     omero = {key: v for key, v in wells[0].meta.attrs.items() if key == "omero"}
     write_image_metadata(root, version, meta.axes, pyramid.pyramid_levels(p.pyramid_params(), meta, layout.shape),
                          name="plate overview", extra=omero)
-    zarr.open_group(str(root), mode="a", zarr_format=NGFF_FORMATS[version]).attrs["zarrmill"] = {"overview": {
+    zarr.open_group(zarr_url(root), mode="a", zarr_format=NGFF_FORMATS[version]).attrs["zarrmill"] = {"overview": {
         "source_image": p.image_name, "source_level": str(k),
         "wells": {w: {"y": o[0], "x": o[1], "height": layout.sizes[w][-2], "width": layout.sizes[w][-1]}
                   for w, o in layout.origins.items()}}}

@@ -14,11 +14,13 @@ from typing import Any
 from .. import __version__
 from ..io.storage.atomic import atomic_write_json
 from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
-from ..io.storage.location import as_location
+from ..io.storage.location import as_location, is_remote, zarr_url
 
 
 
 def input_record(path: Path) -> dict[str, Any]:
+    if is_remote(path):
+        return _remote_input_record(path)
     if not path.exists():
         return {"path": str(path), "exists": False}
     if path.is_file():
@@ -27,6 +29,22 @@ def input_record(path: Path) -> dict[str, Any]:
     files = [f for f in path.rglob("*") if f.is_file() and not any(is_bookkeeping_name(p) for p in f.parts)]
     return {"path": str(path.resolve()), "files": len(files), "bytes": sum(f.stat().st_size for f in files),
             "mtime": max((f.stat().st_mtime for f in files), default=0.0)}
+
+
+def _remote_input_record(path: Any) -> dict[str, Any]:
+    """The same summary for an input in a bucket, from one listing (not a request per object)."""
+    from ..io.storage.object_store import key_of
+
+    try:
+        found = path.fs.find(key_of(path), detail=True)
+    except FileNotFoundError:
+        found = {}
+    infos = [i for k, i in found.items() if not any(is_bookkeeping_name(p) for p in k.split("/"))]
+    if not infos:
+        return {"path": str(path), "exists": False}
+    times = [i.get("LastModified") for i in infos if i.get("LastModified") is not None]
+    return {"path": str(path), "files": len(infos), "bytes": sum(int(i.get("size") or 0) for i in infos),
+            "mtime": max(t.timestamp() for t in times) if times else 0.0}
 
 
 def _is_zarr_group(root: Path) -> bool:
@@ -44,7 +62,7 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owne
     if _is_zarr_group(root):
         import zarr
 
-        group = zarr.open_group(str(root), mode="a")
+        group = zarr.open_group(zarr_url(root), mode="a")
         ours = dict(group.attrs.get("zarrmill", {}))
         prov = {**ours.get("provenance", {}), **entry}
         prov["steps"] = {**prov.get("steps", {}), step["step"]: step}

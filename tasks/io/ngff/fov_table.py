@@ -22,8 +22,10 @@ import zarr
 
 from ..storage.guard import OutputGuard
 from ..storage.atomic import atomic_write_bytes
-from ..storage.location import as_location
+from ..storage.location import as_location, is_remote
+from ..storage.object_store import put_many
 from .placement import Fov
+from ..storage.location import zarr_url
 
 TABLE = "FOV_ROI_table"
 WELL_TABLE = "well_ROI_table"
@@ -67,7 +69,7 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
                      guard: OutputGuard) -> None:
     """Both tables, replacing earlier versions (a rerun writes the same content) through the output
     guard: a table zarrmill did not write is never replaced."""
-    group = zarr.open_group(str(image), mode="a")
+    group = zarr.open_group(zarr_url(image), mode="a")
     disk = group.require_group("tables")
     names = sorted(set(disk.attrs.get("tables", [])) | {TABLE, WELL_TABLE})
     files: dict[str, Any] = {}
@@ -78,6 +80,9 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
         if name in disk:
             guard.remove(as_location(image) / "tables" / name, " (an ROI table of the same name)")
     root = as_location(image) / "tables"
+    if is_remote(root):  # one batch of PUTs in flight together, not one round trip per object
+        put_many({root / key: buffer.to_bytes() for key, buffer in files.items()})
+        return
     for key, buffer in files.items():
         atomic_write_bytes(root / key, buffer.to_bytes(), durable=False)  # as zarr's LocalStore
 
@@ -128,7 +133,7 @@ def read_roi_table(image: Path, name: str = TABLE) -> list[dict[str, Any]]:
     """Rows as dicts (FieldIndex, every column), read with anndata from the image's tables."""
     from anndata.io import read_elem
 
-    table = read_elem(zarr.open_group(str(as_location(image) / "tables" / name), mode="r"))
+    table = read_elem(zarr.open_group(zarr_url(as_location(image) / "tables" / name), mode="r"))
     rows = []
     for i, index in enumerate(table.obs_names):
         row: dict[str, Any] = {"FieldIndex": str(index)}
@@ -153,4 +158,4 @@ def read_fov(image: Path, name: str, level: str = "0") -> np.ndarray:
     names = read_image(as_location(image)).axis_names
     sl = tuple(slice(int(row[f"{a}_pixel"]), int(row[f"{a}_pixel"]) + int(row[f"len_{a}_pixel"]))
                if a in AXES else slice(None) for a in names)
-    return np.asarray(zarr.open_array(str(as_location(image) / level), mode="r")[sl])
+    return np.asarray(zarr.open_array(zarr_url(as_location(image) / level), mode="r")[sl])

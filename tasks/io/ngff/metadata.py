@@ -17,10 +17,11 @@ import zarr
 from pydantic import BeforeValidator
 
 from ...errors import InputError, InputNotFoundError
-from ..storage.atomic import read_json
+from ..storage.atomic import read_json, read_json_if_exists
 from .foreign import clean_omero
 from ..storage.guard import inside
 from ..storage.location import as_location
+from ..storage.location import zarr_url
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.
@@ -70,8 +71,8 @@ def make_axes(names: str | list[str]) -> list[dict[str, Any]]:
 def read_attrs(path: Path) -> tuple[dict[str, Any], int]:
     """(NGFF attributes, zarr format) of a group; for 0.5 the ``ome`` object, for 0.4 ``.zattrs``."""
     path = as_location(path)
-    if (path / "zarr.json").exists():
-        meta = read_json(path / "zarr.json")
+    meta = read_json_if_exists(path / "zarr.json")
+    if meta is not None:
         attrs = meta.get("attributes", {})
         return (attrs["ome"] if "ome" in attrs else attrs), 3
     if (path / ".zattrs").exists() or (path / ".zgroup").exists():
@@ -160,8 +161,8 @@ def _check_level_arrays(meta: ImageMeta) -> None:
     first: tuple[str, str] | None = None
     for lv in meta.levels:
         apath = as_location(meta.path) / lv.path
-        if (apath / "zarr.json").exists():
-            doc = read_json(apath / "zarr.json")
+        doc = read_json_if_exists(apath / "zarr.json")
+        if doc is not None:
             if isinstance(doc, dict) and doc.get("node_type") == "group":
                 raise InputError(f"{apath}: a zarr group, not an array; multiscales lists it as level {lv.path!r}; "
                                  "fix the metadata")
@@ -266,13 +267,13 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
         values["version"] = version
     values["multiscales"] = [multiscale]
     values.update(extra)
-    update_ngff_attrs(zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
+    update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
 
 
 def write_well_metadata(path: Path, version: str, images: list[str]) -> None:
     """The well document: its images, all from acquisition 0."""
     well: dict[str, Any] = {"images": [{"path": im, "acquisition": 0} for im in images]}
-    group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["well"] = {**well, "version": version}
     else:
@@ -298,7 +299,7 @@ def write_plate_metadata(path: Path, version: str, rows: list[str], columns: lis
     plate["field_count"] = field_count
     plate["acquisitions"] = acquisitions
     plate["version"] = version
-    group = zarr.open_group(str(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["plate"] = plate
     else:

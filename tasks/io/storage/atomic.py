@@ -13,7 +13,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
     """``durable=False`` skips the fsync: chunk files, whose unit is rewritten if not recorded
     as done, and where an fsync per chunk also flushed every other freshly written chunk. In a
     bucket, one PUT of the whole object (atomic by nature: readers see the old or the new one)."""
-    if hasattr(path, "fs") and hasattr(path, "protocol"):
+    if type(path).__module__.startswith("upath"):
         path.write_bytes(data)
         return
     path = Path(path)
@@ -47,19 +47,37 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, canonical_json(obj).encode())
 
 
+def read_json_if_exists(path: Any) -> Any:
+    """``read_json(path)``, or None when there is no such file; in a bucket one GET either way
+    (an existence check first would be a second request per metadata file)."""
+    if type(path).__module__.startswith("upath"):
+        try:
+            data = path.fs.cat_file(str(path).split("://", 1)[1])  # one GET (read_bytes asks the size first)
+        except FileNotFoundError:
+            return None
+        return _parse_json(path, data)
+    return read_json(path) if os.path.exists(path) else None
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file; a damaged one (truncated, binary, hand-edited) is one error naming the file and
     where it breaks."""
     from ...errors import InputError
 
     try:
-        if hasattr(path, "fs") and hasattr(path, "protocol"):  # a remote location
+        if type(path).__module__.startswith("upath"):  # a remote location
             data = path.read_bytes()
         else:
             with open(path, "rb") as fh:
                 data = fh.read()
     except PermissionError:
         raise InputError(f"{path}: permission denied; zarrmill needs to read it") from None
+    return _parse_json(path, data)
+
+
+def _parse_json(path: Any, data: bytes) -> Any:
+    from ...errors import InputError
+
     try:
         return json.loads(data)
     except json.JSONDecodeError as err:

@@ -88,7 +88,7 @@ def inside(root: str | os.PathLike[str], *parts: str, what: str = "path", resolv
         if os.path.isabs(part) or ".." in Path(part).parts:
             raise InputError(f"{root}: {what} {part!r} leaves its store ('..' or an absolute path); "
                              "paths in metadata must stay inside the store")
-    if hasattr(root, "fs") and hasattr(root, "protocol"):  # a remote store: names are all there is
+    if type(root).__module__.startswith("upath"):  # a remote store: names are all there is
         joined = root
         for part in parts:
             for piece in str(part).split("/"):
@@ -298,7 +298,7 @@ class OutputGuard:
                                     "metadata paths must stay inside it")
         return inside(self.root, *Path(rel).parts, what=what)
 
-    def will_create(self, path: Path) -> Path:
+    def will_create(self, path: Path, absent: bool | None = None) -> Path:
         """Called before creating a node: checks containment and, in a store zarrmill does not own,
         records the node in ``created.log`` first (so a crash right after still leaves it ours)."""
         path = Path(os.path.abspath(path))

@@ -29,11 +29,16 @@ COLLAPSED = re.compile(r"^(s3|gs|gcs|az|abfs|https?):/[^/]")
 Location = Union[Path, Any]  # Path, or upath.UPath for a remote store
 
 
+def is_upath(obj: Any) -> bool:
+    """A ``upath.UPath`` (told by its class, without touching ``.fs``, which makes a client)."""
+    return type(obj).__module__.startswith("upath")
+
+
 def scheme_of(text: str | os.PathLike[str]) -> str | None:
     """The URL scheme of ``text`` ('s3', 'https', ...), or None for a local path."""
     if isinstance(text, Path):
         return None
-    if hasattr(text, "protocol") and hasattr(text, "fs"):  # already a UPath
+    if is_upath(text):
         return str(text.protocol) or None
     match = SCHEME.match(str(text))
     return match["scheme"].lower() if match else None
@@ -77,7 +82,7 @@ def _loopback(url: str) -> bool:
 def as_location(path: str | os.PathLike[str] | Any) -> Location:
     """A local ``Path``, or a ``UPath`` for a URL (fsspec takes endpoint and credentials from the
     environment, as every AWS client does)."""
-    if hasattr(path, "protocol") and hasattr(path, "fs"):
+    if is_upath(path):
         return path
     if scheme_of(path) is None:
         return Path(path)
@@ -139,3 +144,74 @@ def apply_storage_block(block: dict[str, Any] | None) -> None:
 
         fsspec.config.conf.setdefault("s3", {})["anon"] = True  # and this process, imported already
     reset_clients()
+
+
+def zarr_url(path: Any) -> Any:
+    """What zarr-python opens for ``path``: the path itself on disk; in a bucket, a zarr
+    ``ObjectStore`` on obstore rooted at that node (measured against zarr's fsspec store on the
+    same server: it asks for a shard's index with one suffix-range GET, where s3fs first asks the
+    object's size, and a missing chunk costs one request instead of three)."""
+    if not is_remote(path):
+        return str(path)
+    import zarr.storage
+
+    scheme, rest = str(path).split("://", 1)
+    bucket, _, prefix = rest.partition("/")
+    return zarr.storage.ObjectStore(_obstore(scheme, bucket, prefix.rstrip("/")))
+
+
+def _obstore(scheme: str, bucket: str, prefix: str) -> Any:
+    if scheme in ("http", "https"):
+        from obstore.store import HTTPStore
+
+        return HTTPStore.from_url(f"{scheme}://{bucket}/{prefix}")
+    return _s3_store(bucket, prefix, os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
+                     os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
+                     os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true")
+
+
+_STORES: dict[tuple, Any] = {}
+
+
+def _s3_store(bucket: str, prefix: str, endpoint: str, region: str, profile: str, anonymous: bool) -> Any:
+    """One obstore S3 client per (bucket, prefix, settings); credentials from botocore's chain
+    (environment, AWS_PROFILE, ~/.aws, instance roles), as every AWS tool finds them."""
+    key = (bucket, prefix, endpoint, region, profile, anonymous, os.environ.get("AWS_ACCESS_KEY_ID", ""))
+    if key not in _STORES:
+        from obstore.store import S3Store
+
+        options: dict[str, Any] = {"region": region or "us-east-1"}
+        if endpoint:
+            options["endpoint"] = endpoint
+        client = {"allow_http": True} if endpoint.startswith("http://") else {}
+        if anonymous:
+            options["skip_signature"] = True
+            _STORES[key] = S3Store(bucket, prefix=prefix or None, client_options=client, **options)
+        else:
+            _STORES[key] = S3Store(bucket, prefix=prefix or None, client_options=client,
+                                   credential_provider=_BotocoreCredentials(profile or None), **options)
+    return _STORES[key]
+
+
+class _BotocoreCredentials:
+    """obstore's credential callback, answered by botocore's credential chain."""
+
+    def __init__(self, profile: str | None):
+        self.profile = profile
+
+    def __call__(self) -> dict[str, Any]:
+        import datetime
+
+        import botocore.session
+
+        creds = botocore.session.Session(profile=self.profile).get_credentials()
+        if creds is None:
+            from ...errors import ConfigError
+
+            raise ConfigError("no S3 credentials found (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
+        frozen = creds.get_frozen_credentials()
+        out: dict[str, Any] = {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                               "expires_at": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=15)}
+        if frozen.token:
+            out["token"] = frozen.token
+        return out

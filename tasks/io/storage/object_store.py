@@ -44,6 +44,13 @@ def put(path: Location, data: bytes, create_only: bool = False, **conditions: st
     path.fs.pipe_file(key_of(path), data, mode="create" if create_only else "overwrite", **conditions)
 
 
+def put_many(objects: dict[Any, bytes]) -> None:
+    """Whole objects, many PUTs in flight at once (s3fs's batch), e.g. a table's dozens of small files."""
+    if objects:
+        fs = next(iter(objects)).fs
+        fs.pipe({key_of(path): data for path, data in objects.items()})
+
+
 def get(path: Location) -> bytes | None:
     try:
         return path.fs.cat_file(key_of(path))
@@ -67,6 +74,13 @@ def keys_under(path: Location) -> list[str]:
     except FileNotFoundError:
         pass
     return sorted(set(found))
+
+
+def has_objects(path: Location) -> bool:
+    """Objects under ``path/`` (a node: a group, an array, a table): one LIST request for one key."""
+    bucket, _, key = key_of(path).partition("/")
+    found = path.fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key + "/" if key else "", MaxKeys=1)
+    return bool(found.get("Contents"))
 
 
 def delete_keys(path: Location, keys: Iterable[str]) -> None:
@@ -122,6 +136,8 @@ class ObjectGuard(OutputGuard):
         self._made: list[Location] = []
         self._created_log: set[str] | None = None
         self._conditional_checked = False
+        self._owner_doc: dict | None = None  # the marker as last read or written by this guard
+        self._owned: bool | None = None  # owned(), asked once per marker change (a GET of the store's root)
 
     # -- checks --------------------------------------------------------------------------------
     def check(self) -> None:
@@ -153,28 +169,37 @@ class ObjectGuard(OutputGuard):
         return bookkeeping_prefix(self.root)
 
     def owned(self) -> bool:
-        doc = self.owner()
-        if doc.get("tool") != "zarrmill" or doc.get("store") != str(self.root):
-            return False
-        return not doc.get("sealed") or provenance_owner(self.root) == doc.get("id")
+        if self._owned is None:
+            doc = self.owner()
+            self._owned = doc.get("tool") == "zarrmill" and doc.get("store") == str(self.root) and (
+                not doc.get("sealed") or provenance_owner(self.root) == doc.get("id"))
+        return self._owned
 
     def owner(self) -> dict:
-        data = get(self.bookkeeping / OWNER_FILE)
-        try:
-            doc = json.loads(data) if data is not None else {}
-        except ValueError:
-            return {}
-        return doc if isinstance(doc, dict) else {}
+        """The marker, read once per guard (only this guard writes it while the run holds the lock)."""
+        if self._owner_doc is None:
+            data = get(self.bookkeeping / OWNER_FILE)
+            try:
+                doc = json.loads(data) if data is not None else {}
+            except ValueError:
+                doc = {}
+            self._owner_doc = doc if isinstance(doc, dict) else {}
+        return dict(self._owner_doc)
+
+    def _write_owner(self, doc: dict, create_only: bool = False) -> None:
+        self._owner_doc, self._owned = None, None
+        put(self.bookkeeping / OWNER_FILE, json_bytes(doc), create_only=create_only)
+        self._owner_doc = dict(doc)
 
     def seal(self) -> None:
         doc = self.owner()
         if self.owned() and not doc.get("sealed") and provenance_owner(self.root) == doc.get("id"):
-            put(self.bookkeeping / OWNER_FILE, json_bytes({**doc, "sealed": True}))
+            self._write_owner({**doc, "sealed": True})
 
     def _unseal(self) -> None:
         doc = self.owner()
         if doc.get("sealed"):
-            put(self.bookkeeping / OWNER_FILE, json_bytes({**doc, "sealed": False}))
+            self._write_owner({**doc, "sealed": False})
 
     def has_content(self) -> bool:
         fs = self.root.fs
@@ -196,14 +221,14 @@ class ObjectGuard(OutputGuard):
                 delete_keys(self.root, [key])
         doc = {"tool": "zarrmill", "id": uuid.uuid4().hex, "step": step, "store": str(self.root),
                "created": round(time.time(), 3), "host": socket.gethostname()}
-        marker = self.bookkeeping / OWNER_FILE
         try:
-            put(marker, json_bytes(doc), create_only=True)
+            self._write_owner(doc, create_only=True)
         except FileExistsError:
+            self._owner_doc, self._owned = None, None
             if self.owned():
                 return  # a concurrent run of this very output made it this instant
             # a marker left by a store that is gone (the prefix is empty: check() said so)
-            put(marker, json_bytes(doc))
+            self._write_owner(doc)
 
     def _check_conditional_writes(self) -> None:
         """Once per guard: does the server refuse a second create-only put of one key?"""
@@ -240,9 +265,12 @@ class ObjectGuard(OutputGuard):
                                     "must stay inside it")
         return path
 
-    def will_create(self, path: Any) -> Location:
+    def will_create(self, path: Any, absent: bool | None = None) -> Location:
+        """As on disk: a node that is not there yet is remembered for rollback (and, in a store
+        zarrmill does not own, recorded first); one listing request, none when the caller just
+        found it ``absent``."""
         path = self.contain(path)
-        if not keys_under(path):
+        if absent if absent is not None else not has_objects(path):
             if not self.owned():
                 self._log_created(path)
             self._made.append(path)

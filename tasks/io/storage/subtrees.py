@@ -13,6 +13,7 @@ from pathlib import Path
 import zarr
 
 from .guard import OutputGuard
+from .location import zarr_url
 
 CARRIED = ("tables", "labels")
 
@@ -32,7 +33,7 @@ def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard
         if _zarr_format(src) == dst_zarr_format:
             shutil.copytree(src, dst, ignore=_links)
         else:
-            _convert(zarr.open_group(str(src), mode="r"), zarr.open_group(str(dst_image), mode="a"), name)
+            _convert(zarr.open_group(zarr_url(src), mode="r"), zarr.open_group(zarr_url(dst_image), mode="a"), name)
         carried.append(name)
     return carried
 

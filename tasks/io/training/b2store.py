@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...errors import InputError
+from ..storage.location import zarr_url
 
 SLAB_BYTES = 64 * 2**20
 
@@ -87,7 +88,7 @@ class PatchArray:
         else:
             import zarr
 
-            self._a = zarr.open_array(str(self.path), mode="r")
+            self._a = zarr.open_array(zarr_url(self.path), mode="r")
         self.shape = tuple(self._a.shape)
         self.dtype = np.dtype(self._a.dtype)
         self.ndim = len(self.shape)

@@ -13,18 +13,19 @@ import numpy as np
 import zarr
 
 from ..storage.chunk_read import read_chunk
+from ..storage.location import zarr_url
 
 
 class PatchDataset:
     def __init__(self, store: str | Path, include_dropped: bool = False, dtype: Any = "float32"):
         self.store = Path(store)
         self.dtype = np.dtype(dtype) if dtype is not None else None
-        meta = zarr.open_group(str(self.store), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})
+        meta = zarr.open_group(zarr_url(self.store), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})
         if not meta.get("complete"):
             raise ValueError(f"{self.store}: not a complete zarrmill patch store")
-        status = zarr.open_array(str(self.store / "table" / "status"), mode="r")[...]
+        status = zarr.open_array(zarr_url(self.store / "table" / "status"), mode="r")[...]
         self.index = np.arange(len(status)) if include_dropped else np.flatnonzero(status == 0)
-        self.labels = zarr.open_array(str(self.store / "table" / "label"), mode="r")[...][self.index]
+        self.labels = zarr.open_array(zarr_url(self.store / "table" / "label"), mode="r")[...][self.index]
         self.meta = dict(meta)
         self._patches = None
 
@@ -33,7 +34,7 @@ class PatchDataset:
 
     def __getitem__(self, i: int) -> np.ndarray:
         if self._patches is None:  # opened lazily: once per DataLoader worker process
-            self._patches = zarr.open_array(str(self.store / "patches"), mode="r")
+            self._patches = zarr.open_array(zarr_url(self.store / "patches"), mode="r")
         k = int(self.index[i])
         per_chunk = self._patches.chunks[0]
         # one file read (two in a shard: index, chunk) and one decode, not zarr-python's ~1.5 ms

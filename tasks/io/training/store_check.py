@@ -13,6 +13,7 @@ import numpy as np
 import zarr
 
 from ..storage.location import as_location
+from ..storage.location import zarr_url
 
 PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
                 "dropped: cuboid crosses the image edge (edge: drop)")
@@ -50,8 +51,8 @@ def patch_store_problems(root: Path) -> list[str]:
     if not meta.get("complete"):
         return [f"{root}: patch store is not complete (patch-extract did not finish); rerun it"]
     try:
-        patches = zarr.open_array(str(root / "patches"), mode="r")
-        table = {k: zarr.open_array(str(root / "table" / k), mode="r")[...] for k in TABLE_COLUMNS}
+        patches = zarr.open_array(zarr_url(root / "patches"), mode="r")
+        table = {k: zarr.open_array(zarr_url(root / "table" / k), mode="r")[...] for k in TABLE_COLUMNS}
     except (FileNotFoundError, KeyError, ValueError) as err:
         return [f"{root}: patch store misses its patches array or table columns ({err})"]
     out: list[str] = []
