@@ -176,11 +176,18 @@ _STORES: dict[tuple, Any] = {}
 def _s3_store(bucket: str, prefix: str, endpoint: str, region: str, profile: str, anonymous: bool) -> Any:
     """One obstore S3 client per (bucket, prefix, settings); credentials from botocore's chain
     (environment, AWS_PROFILE, ~/.aws, instance roles), as every AWS tool finds them."""
-    key = (bucket, prefix, endpoint, region, profile, anonymous, os.environ.get("AWS_ACCESS_KEY_ID", ""))
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    key = (bucket, prefix, endpoint, region, profile, anonymous, os.environ.get("AWS_ACCESS_KEY_ID", ""), attempts)
     if key not in _STORES:
         from obstore.store import S3Store
 
         options: dict[str, Any] = {"region": region or "us-east-1"}
+        if attempts.isdigit() and int(attempts) >= 1:  # AWS_MAX_ATTEMPTS, as botocore reads it
+            import datetime
+
+            options["retry_config"] = {"max_retries": int(attempts) - 1, "backoff": {
+                "init_backoff": datetime.timedelta(milliseconds=100), "max_backoff": datetime.timedelta(seconds=15),
+                "base": 2}, "retry_timeout": datetime.timedelta(minutes=3)}
         if endpoint:
             options["endpoint"] = endpoint
         client = {"allow_http": True} if endpoint.startswith("http://") else {}
