@@ -5,7 +5,6 @@ the seed, rendered region by region so images larger than memory are fine."""
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -29,6 +28,8 @@ UNIT_MB = 32
 
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # input and output may be s3:// (input also https://)
+
     output: str = Field(description="OME-Zarr image to write")
     shape: list[PositiveInt] = Field(description="array shape, one entry per axis", min_length=2, max_length=5)
     axes: str = Field("zyx", description="axis names in order, a subsequence of 'tczyx'")
@@ -73,8 +74,8 @@ def _spec(p: Params) -> ArraySpec:
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     spec = _spec(p)
-    ensure_group(Path(p.output), spec.zarr_format, ctx)
-    ensure_array(Path(p.output), "0", spec, ctx)
+    ensure_group(p.output_path(), spec.zarr_format, ctx)
+    ensure_array(p.output_path(), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(p.dtype).itemsize, int(p.unit_mb * 2**20))
     return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]
 
@@ -94,7 +95,7 @@ def run_unit(p: Params, unit: Unit) -> int:
         if p.kind == "blobs" and absolute:
             values = values * (1.0 + 0.25 * sum(absolute))  # channels/timepoints differ in brightness
         out[tuple(index)] = to_dtype(values, np.dtype(p.dtype))
-    arr = open_for_write(Path(p.output) / "0")
+    arr = open_for_write(p.output_path() / "0")
     write_region(arr, [a for a, _ in region], out)
     return out.nbytes
 
@@ -105,8 +106,8 @@ def finish(p: Params, ctx: PlanContext) -> None:
     extra = {"image-label": {"version": p.ngff_version}} if p.kind == "labels" else None
     if extra and p.ngff_version == "0.5":
         extra = {"image-label": {}}  # 0.5 keeps the version once, in "ome"
-    write_image_metadata(Path(p.output), p.ngff_version, make_axes(p.axes), [Level("0", scale, None)],
-                         name=Path(p.output).stem, extra=extra)
+    write_image_metadata(p.output_path(), p.ngff_version, make_axes(p.axes), [Level("0", scale, None)],
+                         name=p.output_path().stem, extra=extra)
 
 
 def describe_unit(unit: Unit) -> str:

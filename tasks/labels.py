@@ -30,13 +30,17 @@ from .io.ngff.metadata import (
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
 from .runtime.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
-from .io.storage.location import zarr_url
+from .io.storage.location import as_location, zarr_url
 
 UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # the image may be s3://; the mask file is read locally
+    LOCAL_INPUTS = ("input",)
+    URL_FIELDS = (("input", False), ("image", True))
+
     input: str = Field(description="label mask: TIFF / OME-TIFF / .npy of integers")
     image: str = Field(description="OME-Zarr image (or plate field, e.g. plate.zarr/B/03/0) the mask labels")
     name: str = Field("cells", description="label name: written to <image>/labels/<name> (letters, digits, - _)")
@@ -52,13 +56,13 @@ class Params(TaskParams):
         return v
 
     def input_paths(self) -> list[Path]:
-        return [Path(self.input), Path(self.image)]
+        return [Path(self.input), as_location(self.image)]
 
     def ledger_root(self) -> Path:
-        return Path(self.image)
+        return as_location(self.image)
 
     def output_path(self) -> Path:
-        return Path(self.image)
+        return as_location(self.image)
 
     def writes_in_place(self) -> bool:
         return True  # adds labels/<name> to the image; never touches its arrays
@@ -73,8 +77,8 @@ class Params(TaskParams):
 
 def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
     """The label image's metadata (level 0 only) and its level-0 array, checked against the image."""
-    image = read_image(Path(p.image))
-    arr = open_input_array(Path(p.image) / image.levels[0].path)
+    image = read_image(as_location(p.image))
+    arr = open_input_array(as_location(p.image) / image.levels[0].path)
     keep = [i for i, a in enumerate(image.axis_names) if a != "c"]
     names = "".join(image.axis_names[i] for i in keep)
     vol = open_volume(p.input, p.axes)
@@ -89,7 +93,7 @@ def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
         raise InputError(f"{p.input}: a label mask holds integers; this one is {dtype}")
     level0 = image.levels[0]
     translation = [level0.translation[i] for i in keep] if level0.translation else None
-    meta = ImageMeta(Path(p.image) / p.label_path(), image.version, [image.axes[i] for i in keep],
+    meta = ImageMeta(as_location(p.image) / p.label_path(), image.version, [image.axes[i] for i in keep],
                      [Level("0", [level0.scale[i] for i in keep], translation)],
                      {"multiscales": [{}], "image-label": {}})
     chunks = tuple(min(s, 64) if a == "z" else (1 if a == "t" else min(s, 512)) for a, s in zip(names, shape))
@@ -99,7 +103,7 @@ def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     meta, spec = _label_meta(p)
-    root = Path(p.image)
+    root = as_location(p.image)
     target = root / p.label_path()
     if target.exists() and ctx.guard is not None and not ctx.guard.may_replace(target):
         raise OutputExistsError(f"{target}: a label image zarrmill did not create (not created by zarrmill); "
@@ -114,27 +118,27 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 def run_unit(p: Params, unit: Unit) -> int:
     if "dst" in unit:
-        return pyramid.run_level_unit(Path(p.image), unit)
+        return pyramid.run_level_unit(as_location(p.image), unit)
     vol = open_volume(p.input, p.axes)
     try:
         data = vol.read([tuple(r) for r in unit["region"]])
     finally:
         vol.close()
-    dst = open_for_write(Path(p.image) / p.label_path() / "0")
+    dst = open_for_write(as_location(p.image) / p.label_path() / "0")
     dst[tuple(slice(a, b) for a, b in unit["region"])] = data.astype(dst.dtype, copy=False)
     return data.nbytes
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
     meta, spec = _label_meta(p)
-    root = Path(p.image) / p.label_path()
+    root = as_location(p.image) / p.label_path()
     levels = pyramid.pyramid_levels(p.pyramid_params(), meta, spec.shape)
     # 0.5 keeps the version once, in "ome"; 0.4 repeats it in image-label
     label = {"source": {"image": "../../"}, **({"version": "0.4"} if meta.version == "0.4" else {})}
     write_image_metadata(root, meta.version, meta.axes, levels, name=p.name, extra={"image-label": label})
-    labels_attrs, _ = read_attrs(Path(p.image) / "labels")
+    labels_attrs, _ = read_attrs(as_location(p.image) / "labels")
     names = sorted(set(labels_attrs.get("labels", [])) | {p.name})
-    group = zarr.open_group(zarr_url(Path(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
+    group = zarr.open_group(zarr_url(as_location(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
     update_ngff_attrs(group, meta.version, {"labels": names, **({"version": "0.5"} if meta.version == "0.5" else {})})
 
 

@@ -49,12 +49,14 @@ from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_im
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
-from .io.storage.location import zarr_url
+from .io.storage.location import as_location, is_remote, zarr_url
 
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points.csv shows
 
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # image and patch store may be s3://; the points file is read locally
+
     input: str = Field(description="OME-Zarr image or zarr array (leading axes = channels, last 2-3 spatial)")
     output: str = Field(description="patch store to write (.zarr)")
     mode: Literal["points", "random", "grid"] = "points"
@@ -98,13 +100,13 @@ class Params(TaskParams):
 # -- the input image --------------------------------------------------------------------------------
 def open_level(path: str | Path, level: int) -> tuple[zarr.Array, tuple[float, ...]]:
     """(array of an OME-Zarr level or a plain zarr array, spatial voxel sizes from its scale)."""
-    attrs, _ = read_attrs(Path(path))
+    attrs, _ = read_attrs(as_location(path))
     if "multiscales" not in attrs:
         arr = open_input_array(path)
         return arr, (1.0,) * arr.ndim
-    meta = read_image(Path(path))
+    meta = read_image(as_location(path))
     lv = meta.levels[level_index(meta, level)]
-    arr = open_input_array(Path(path) / lv.path)
+    arr = open_input_array(as_location(path) / lv.path)
     check_dimensions(meta, lv, tuple(arr.shape))
     # in micrometer whatever unit the axes declare (network_voxel_size and voxel_size are micrometer)
     return arr, tuple(ngff_to_micrometer(s, ax.get("unit"), str(path))
@@ -236,7 +238,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     if n == 0:
         raise InputError(f"{p.points or p.input}: no patches to extract")
     _check_pad_value(p, arr.dtype)
-    out = Path(p.output)
+    out = p.output_path()
     _report_dropped(p, req["status"], out / "points.csv")
     ensure_group(out, 3, ctx)
     shape = (n, lead) + out_size(p)
@@ -296,7 +298,7 @@ def unit_ranges(layer: np.ndarray, shard: int, per_unit: int) -> list[tuple[int,
 
 def run_unit(p: Params, unit: Unit) -> int:
     arr, vs = open_image(p)
-    out = Path(p.output)
+    out = p.output_path()
     table = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[unit["start"]:unit["stop"]]
              for k in ("origin", "size", "status")}
     n_space = len(out_size(p))
@@ -322,7 +324,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
-    out = Path(p.output)
+    out = p.output_path()
     cols = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[...] for k in
             ("point_id", "center", "origin", "size", "label", "status")}
     n_space = cols["center"].shape[1]
@@ -339,7 +341,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     arr, vs = open_image(p)
     kept = int((cols["status"] == 0).sum())
     zarr.open_group(zarr_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {
-        "source": str(Path(p.input).resolve()), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
+        "source": str(as_location(p.input)) if is_remote(p.input) else str(Path(p.input).resolve()), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
         "network_voxel_size": p.network_voxel_size, "patch_size": list(out_size(p)), "centering": p.centering,
         "edge": p.edge, "points": p.points, "n": len(cols["point_id"]), "kept": kept,
         "dropped": len(cols["point_id"]) - kept, "complete": True}}

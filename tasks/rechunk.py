@@ -5,7 +5,6 @@ image metadata (multiscales, omero, translations), ``tables/`` and ``labels/`` a
 ``finish``, after every array is complete: an interrupted rechunk is never a valid-looking image."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import zarr
@@ -35,13 +34,15 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .runtime.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
-from .io.storage.location import zarr_url
+from .io.storage.location import as_location, zarr_url
 
 UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # input and output may be s3:// (input also https://)
+
     input: str = Field(description="zarr array, or OME-Zarr image group (all levels are copied)")
     output: str = Field(description="where to write: a new or empty folder, or a store zarrmill wrote (replaced only with --overwrite)")
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
@@ -64,11 +65,11 @@ class Params(TaskParams):
 
 def _sources(p: Params) -> tuple[ImageMeta | None, list[str]]:
     """(image metadata or None for a plain array, array paths relative to input)."""
-    attrs, _ = read_attrs(Path(p.input))  # raises a clear error if missing / not zarr
+    attrs, _ = read_attrs(as_location(p.input))  # raises a clear error if missing / not zarr
     if "multiscales" in attrs or "bioformats2raw.layout" in attrs:  # the latter: read_image names its images
-        meta = read_image(Path(p.input))
+        meta = read_image(as_location(p.input))
         return meta, [lv.path for lv in meta.levels]
-    if (Path(p.input) / "zarr.json").exists() or (Path(p.input) / ".zarray").exists():
+    if (as_location(p.input) / "zarr.json").exists() or (as_location(p.input) / ".zarray").exists():
         open_input_array(p.input)  # an array (a group without multiscales is refused there)
         return None, [""]
     raise InputError(f"{p.input}: neither a zarr array nor an OME-Zarr image")
@@ -94,17 +95,17 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     version = p.ngff_version or (meta.version if meta else None)
     zarr_format = NGFF_FORMATS[version] if version else open_input_array(p.input).metadata.zarr_format
     if meta is not None:
-        ensure_group(Path(p.output), zarr_format, ctx)
+        ensure_group(p.output_path(), zarr_format, ctx)
     units: list[Unit] = []
     for path in paths:
-        src = open_input_array(Path(p.input) / path)
+        src = open_input_array(as_location(p.input) / path)
         if meta is not None:
             check_dimensions(meta, meta.levels[paths.index(path)], tuple(src.shape))
         spec = _level_spec(p, src, zarr_format)
         if path:
-            ensure_array(Path(p.output), path, spec, ctx)
+            ensure_array(p.output_path(), path, spec, ctx)
         else:
-            ensure_array(Path(p.output).parent, Path(p.output).name, spec, ctx)
+            ensure_array(p.output_path().parent, p.output_path().name, spec, ctx)
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{path or 'array'}:{i}", "path": path, "region": [list(r) for r in reg]})
     return units
@@ -112,8 +113,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 def run_unit(p: Params, unit: Unit) -> int:
     sl = region_slices(unit["region"])
-    src = zarr.open_array(zarr_url(Path(p.input) / unit["path"]), mode="r")
-    dst = open_for_write(Path(p.output) / unit["path"])
+    src = zarr.open_array(zarr_url(as_location(p.input) / unit["path"]), mode="r")
+    dst = open_for_write(p.output_path() / unit["path"])
     data = np.asarray(src[sl])
     write_region(dst, [a for a, _ in unit["region"]], data)
     return region_nbytes(unit["region"], data.dtype.itemsize)
@@ -126,8 +127,8 @@ def finish(p: Params, ctx: PlanContext) -> None:
     version = p.ngff_version or meta.version
     extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
     ms = meta.attrs["multiscales"][0]
-    carry_subtrees(Path(p.input), Path(p.output), NGFF_FORMATS[version], ctx.guard)  # before the image is listed
-    write_image_metadata(Path(p.output), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
+    carry_subtrees(as_location(p.input), p.output_path(), NGFF_FORMATS[version], ctx.guard)  # before the image is listed
+    write_image_metadata(p.output_path(), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
 
 
 def describe_unit(unit: Unit) -> str:

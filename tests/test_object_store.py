@@ -291,3 +291,41 @@ def test_a_server_gone_mid_run_is_one_failure_line_and_the_rerun_finishes(cli, t
         proxy.stop()
     assert code == 0, err
     assert digest_objects(s3env.objects(f"{bucket}/p.ome.zarr")) == tree_digest(tmp_path / "disk.zarr")
+
+
+def test_generate_rechunk_labels_and_patches_on_s3_write_what_they_write_to_disk(cli, tmp_path, bucket, s3env):
+    """The other tasks that name stores: a generated image in the bucket, rechunked within it and to
+    disk, labelled in place (mask file local) and cut into patches (points file local)."""
+    import tifffile
+
+    mask = np.zeros((16, 64, 64), dtype=np.uint16)
+    mask[4:12, 10:30, 20:50] = 3
+    tifffile.imwrite(tmp_path / "mask.tif", mask)
+    np.save(tmp_path / "pts.npy", np.array([[8, 32, 32], [4, 10, 50]], dtype=float))
+    roots = {"disk": str(tmp_path / "d"), "s3": f"s3://{bucket}/d"}
+    for where, root in roots.items():
+        for args in (("generate", f"output={root}/img.zarr", "shape=[2,16,64,64]", "axes=czyx", "chunks=[1,8,32,32]"),
+                     ("rechunk", f"input={root}/img.zarr", f"output={root}/re.zarr", "chunks=[1,4,16,16]"),
+                     ("labels", f"input={tmp_path / 'mask.tif'}", f"image={root}/img.zarr", "axes=zyx", "min_size=16"),
+                     ("patch-extract", f"input={root}/img.zarr", f"output={root}/patches.zarr",
+                      f"points={tmp_path / 'pts.npy'}", "cuboid=[4,8,8]")):
+            code, _, err = task(cli, *args)
+            assert code == 0, f"{where} {args[0]}: {err}"
+    for name in ("img.zarr", "re.zarr", "patches.zarr"):
+        remote, local = digest_objects(s3env.objects(f"{bucket}/d/{name}")), tree_digest(tmp_path / "d" / name)
+        if name == "patches.zarr":  # they name their source (a URL here, a path there): all else is equal
+            for key in ("zarr.json", "points.csv"):
+                assert remote.pop(key) and local.pop(key)
+            rows = [s3env.objects(f"{bucket}/d/{name}")["points.csv"].decode(),
+                    (tmp_path / "d" / name / "points.csv").read_text()]
+            assert [[r.split(",")[:2] + r.split(",")[3:] for r in t.splitlines()] for t in rows][0] == \
+                   [[r.split(",")[:2] + r.split(",")[3:] for r in t.splitlines()] for t in rows][1]
+        assert remote == local, name
+        code, out, err = cli("check", f"s3://{bucket}/d/{name}")
+        assert code == 0, out + err
+    # from the bucket to disk
+    code, _, err = task(cli, "rechunk", f"input=s3://{bucket}/d/img.zarr", f"output={tmp_path / 'back.zarr'}",
+                        "chunks=[1,4,16,16]")
+    assert code == 0, err
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "back.zarr" / "0"))[:],
+                                  zarr.open_array(str(tmp_path / "d" / "img.zarr" / "0"))[:])

@@ -60,13 +60,15 @@ class TaskParams(BaseModel):
     OBJECT_STORES: ClassVar[bool] = False
     # input fields that name an instrument folder or a file to read locally, never a URL
     LOCAL_INPUTS: ClassVar[tuple[str, ...]] = ()
+    # fields that name a store or file: (name, written to)
+    URL_FIELDS: ClassVar[tuple[tuple[str, bool], ...]] = (("input", False), ("output", True))
 
     @model_validator(mode="after")
     def _check_urls(self) -> "TaskParams":
         """A URL of a scheme zarrmill cannot serve, or any URL for a task that works on local paths
         only, is one line (a URL must never become a local folder named ``s3:``)."""
         task = type(self).__module__.rsplit(".", 1)[-1].removesuffix("_params").replace("_", "-")
-        for field, write in (("input", False), ("output", True)):
+        for field, write in self.URL_FIELDS:
             value = getattr(self, field, None)
             for v in (value if isinstance(value, list) else [value]) if value is not None else []:
                 check_url(str(v), write=write, what=field)

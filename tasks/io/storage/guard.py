@@ -160,7 +160,8 @@ class OutputGuard:
     def __init__(self, root: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = (),
                  in_place: bool = False):
         self.root = Path(os.path.abspath(root))
-        self.inputs = [Path(os.path.abspath(p)) for p in inputs]
+        # inputs in a bucket cannot overlap a local output
+        self.inputs = [Path(os.path.abspath(p)) for p in inputs if "://" not in str(p)]
         self.in_place = in_place
         self._made: list[Path] = []     # created by this run, newest last (rollback order)
         self._created_log: set[str] | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 import zarr
 
 from .guard import OutputGuard
-from .location import zarr_url
+from .location import is_remote, zarr_url
 
 CARRIED = ("tables", "labels")
 
@@ -25,17 +25,47 @@ def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard
     carried = []
     for name in CARRIED:
         src, dst = src_image / name, dst_image / name
-        if not src.is_dir() or src.is_symlink():
+        remote = is_remote(src) or is_remote(dst)
+        if not src.is_dir() or (not is_remote(src) and src.is_symlink()):
             continue
-        if os.path.lexists(dst):
+        if (dst.exists() if is_remote(dst) else os.path.lexists(dst)):
             guard.remove(dst, " by the copy of the input's " + name)
         guard.will_create(dst)
-        if _zarr_format(src) == dst_zarr_format:
+        if _zarr_format(src) == dst_zarr_format and remote:
+            _copy_objects(src, dst)
+        elif _zarr_format(src) == dst_zarr_format:
             shutil.copytree(src, dst, ignore=_links)
         else:
             _convert(zarr.open_group(zarr_url(src), mode="r"), zarr.open_group(zarr_url(dst_image), mode="a"), name)
         carried.append(name)
     return carried
+
+
+def _copy_objects(src, dst) -> None:
+    """Every file or object under ``src`` to the same place under ``dst``, bytes as they are (in or
+    out of a bucket: one read and one write each)."""
+    base = str(src).rstrip("/")
+    for path in sorted(_files_under(src)):
+        rel = str(path)[len(base):].lstrip("/")
+        target = dst
+        for part in rel.split("/"):
+            target = target / part
+        data = path.read_bytes()
+        if is_remote(target):
+            target.write_bytes(data)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def _files_under(root):
+    for entry in root.iterdir():
+        if not is_remote(entry) and entry.is_symlink():
+            continue  # as copytree with _links: never followed
+        if entry.is_dir():
+            yield from _files_under(entry)
+        elif entry.is_file():
+            yield entry
 
 
 def _links(folder: str, names: list[str]) -> set[str]:

@@ -13,12 +13,12 @@ import numpy as np
 import zarr
 
 from ..storage.chunk_read import read_chunk
-from ..storage.location import zarr_url
+from ..storage.location import as_location, zarr_url
 
 
 class PatchDataset:
     def __init__(self, store: str | Path, include_dropped: bool = False, dtype: Any = "float32"):
-        self.store = Path(store)
+        self.store = as_location(store)
         self.dtype = np.dtype(dtype) if dtype is not None else None
         meta = zarr.open_group(zarr_url(self.store), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})
         if not meta.get("complete"):

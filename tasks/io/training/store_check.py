@@ -76,9 +76,10 @@ def patch_store_problems(root: Path) -> list[str]:
 
 
 def _points_csv_problems(path: Path, status: np.ndarray, n: int) -> list[str]:
+    import io
+
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+        rows = list(csv.DictReader(io.StringIO(path.read_text(), newline="")))
     except OSError:
         return [f"{path}: missing; patch-extract writes one row per patch"]
     if len(rows) != n:
