@@ -329,3 +329,35 @@ def test_generate_rechunk_labels_and_patches_on_s3_write_what_they_write_to_disk
     assert code == 0, err
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "back.zarr" / "0"))[:],
                                   zarr.open_array(str(tmp_path / "d" / "img.zarr" / "0"))[:])
+
+
+def test_a_web_store_is_read_over_http_and_never_written(cli, tmp_path):
+    """https:// (here http:// on 127.0.0.1, which zarrmill reads only from this machine): inputs of
+    rechunk and patch-extract are read over HTTP with the same pixels; as an output, one line."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    web = tmp_path / "web"
+    code, _, err = task(cli, "generate", f"output={web / 'img.zarr'}", "shape=[2,16,64,64]", "axes=czyx",
+                        "chunks=[1,8,32,32]")
+    assert code == 0, err
+    handler = functools.partial(type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *a: None}),
+                                directory=str(web))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/img.zarr"
+    try:
+        code, _, err = task(cli, "rechunk", f"input={url}", f"output={tmp_path / 'copy.zarr'}", "chunks=[1,4,16,16]")
+        assert code == 0 and "not fingerprinted" in err, err
+        np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "copy.zarr" / "0"))[:],
+                                      zarr.open_array(str(web / "img.zarr" / "0"))[:])
+        code, _, err = task(cli, "rechunk", f"input={web / 'img.zarr'}", f"output={url}2", "chunks=[1,4,16,16]")
+        assert code == 2 and "only reads" in err, err
+        code, _, err = cli("check", url)
+        assert code == 2 and "lists nothing" in err, err
+    finally:
+        server.shutdown()
+    code, _, err = task(cli, "rechunk", "input=http://example.org/img.zarr", f"output={tmp_path / 'x.zarr'}",
+                        "chunks=[1,4,16,16]")
+    assert code == 2 and "use https://" in err, err

@@ -199,6 +199,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .check import check_output
 
     check_url(args.store, write=False, what="store")
+    if str(args.store).startswith(("http://", "https://")):
+        raise ConfigError(f"{args.store}: check walks a store by listing it, and a web server lists nothing; "
+                          "check a local copy or the s3:// location")
     store = as_location(args.store)
     result = check_output(store)
     prov = read_provenance(store)

@@ -202,6 +202,8 @@ def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
+    if str(root).startswith(("http://", "https://")):
+        return []  # a read-only web store keeps no ledger
     if is_remote(root):
         base = bookkeeping_prefix(root) / "steps"
         names = sorted({k[len(str(base)) - len("s3://"):].strip("/").split("/", 1)[0] for k in keys_under(base)})

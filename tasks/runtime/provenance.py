@@ -35,6 +35,8 @@ def _remote_input_record(path: Any) -> dict[str, Any]:
     """The same summary for an input in a bucket, from one listing (not a request per object)."""
     from ..io.storage.object_store import key_of
 
+    if str(path).startswith(("http://", "https://")):
+        return {"path": str(path)}
     try:
         found = path.fs.find(key_of(path), detail=True)
     except FileNotFoundError:

@@ -52,7 +52,9 @@ def read_json_if_exists(path: Any) -> Any:
     (an existence check first would be a second request per metadata file)."""
     if type(path).__module__.startswith("upath"):
         try:
-            data = path.fs.cat_file(str(path).split("://", 1)[1])  # one GET (read_bytes asks the size first)
+            from .object_store import key_of
+
+            data = path.fs.cat_file(key_of(path))  # one GET (read_bytes asks the size first)
         except FileNotFoundError:
             return None
         return _parse_json(path, data)

@@ -71,6 +71,12 @@ def _remote_fingerprint(top) -> Fingerprint:
     a new ETag (S3's content hash for a single PUT)."""
     from .object_store import key_of
 
+    if str(top).startswith(("http://", "https://")):
+        from ...errors import warn
+
+        warn(top, "a web server lists no files: this input is not fingerprinted, so a rerun does not notice "
+                  "it changed (use --overwrite after it did)")
+        return {}
     fs = top.fs
     try:
         found = fs.find(key_of(top), detail=True)

@@ -164,7 +164,8 @@ def _obstore(scheme: str, bucket: str, prefix: str) -> Any:
     if scheme in ("http", "https"):
         from obstore.store import HTTPStore
 
-        return HTTPStore.from_url(f"{scheme}://{bucket}/{prefix}")
+        return HTTPStore.from_url(f"{scheme}://{bucket}/{prefix}",
+                                  client_options={"allow_http": True} if scheme == "http" else None)
     return _s3_store(bucket, prefix, os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
                      os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
                      os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true")

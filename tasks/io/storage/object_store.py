@@ -35,8 +35,10 @@ CREATED_DIR = "created"
 
 
 def key_of(path: Location) -> str:
-    """``bucket/key`` of a remote location, as s3fs names it."""
-    return str(path).split("://", 1)[1].rstrip("/")
+    """What the location's fsspec file system calls it: ``bucket/key`` for s3fs, the whole URL for
+    http(s)."""
+    text = str(path)
+    return text.rstrip("/") if text.startswith(("http://", "https://")) else text.split("://", 1)[1].rstrip("/")
 
 
 def put(path: Location, data: bytes, create_only: bool = False, **conditions: str) -> None:
