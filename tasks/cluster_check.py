@@ -33,7 +33,14 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 def run_unit(p: Params, unit: Unit) -> int:
     held = bytearray(int(p.hold_mb * 2**20))
-    held[::4096] = b"\1" * len(range(0, len(held), 4096))  # touch every page: RSS, not just address space
+    # touch every page (RSS, not just address space), 16 MB every 20 ms: memory grows as a real
+    # unit's does, so a guard that polls (dask's nanny, every 100 ms) sees it on its way up instead
+    # of racing an allocation made in one instant against the job's hard limit
+    step = 16 * 2**20
+    for start in range(0, len(held), step):
+        stop = min(start + step, len(held))
+        held[start:stop:4096] = b"\1" * len(range(start, stop, 4096))
+        time.sleep(0.02)
     end = time.perf_counter() + p.busy_ms / 1000
     x = 0
     while time.perf_counter() < end:
