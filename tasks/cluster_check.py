@@ -23,15 +23,25 @@ class Params(TaskParams):
     busy_ms: float = Field(0.0, ge=0, le=3_600_000, description="CPU time each unit spins for")
     hold_mb: float = Field(0.0, ge=0, le=1_000_000, description="memory each unit allocates and touches "
                            "while it spins (checks the memory limit workers really get)")
+    declare_mb: float | None = Field(None, ge=0, le=1_000_000, description="memory each unit declares to the "
+                                     "executor's budget (default: hold_mb); less stands for a unit that misjudged "
+                                     "its size (checks what a worker's memory limit does then)")
     record: bool = Field(True, description="write where each unit ran (off: pure engine overhead)")
 
 
+# what a unit holds besides ``hold_mb``: the interpreter's own buffers while it spins and records
+UNIT_OVERHEAD = 8 * 2**20
+
+
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
-    Path(p.output).mkdir(parents=True, exist_ok=True)
-    return [{"id": str(i)} for i in range(p.units)]
+    ctx.guard.make_dirs(Path(p.output))
+    declared = p.hold_mb if p.declare_mb is None else p.declare_mb
+    memory = int(declared * 2**20) + UNIT_OVERHEAD if declared else 0  # the executor budgets it
+    return [{"id": str(i), **({"memory": memory} if memory else {})} for i in range(p.units)]
 
 
 def run_unit(p: Params, unit: Unit) -> int:
+    started = time.time()
     held = bytearray(int(p.hold_mb * 2**20))
     # touch every page (RSS, not just address space), 16 MB every 20 ms: memory grows as a real
     # unit's does, so a guard that polls (dask's nanny, every 100 ms) sees it on its way up instead
@@ -48,7 +58,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     del held
     if p.record:
         where = {"host": socket.gethostname(), "pid": os.getpid(),
-                 "slurm_job": os.environ.get("SLURM_JOB_ID")}
+                 "slurm_job": os.environ.get("SLURM_JOB_ID"), "started": started, "ended": time.time()}
         atomic_write_json(Path(p.output) / "units" / f"{unit['id']}.json", where)
     return 0
 

@@ -43,13 +43,15 @@ from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
-from .io.storage.location import zarr_url
+from .io.storage.location import Location, as_location, is_remote, stored_bytes, zarr_url
 
 SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
 
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # a zarr / OME-Zarr input may be s3:// or https://, the output s3://
+
     input: str = Field(description=".npy/TIFF file, folder of cases, zarr array or OME-Zarr image")
     output: str = Field(description="folder of .b2nd files (format b2nd), or a .zarr store (format zarr)")
     format: Literal["b2nd", "zarr"] = "b2nd"
@@ -84,7 +86,7 @@ class Params(TaskParams):
 def _nnunet(p: Params) -> bool:
     """Asked per source and per unit: the folder is scanned once per Params (one run)."""
     if p._nnunet is None:
-        p._nnunet = is_nnunet_folder(Path(p.input))
+        p._nnunet = not is_remote(p.input) and is_nnunet_folder(Path(p.input))
     return p._nnunet
 
 
@@ -173,15 +175,15 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
             "trial_samples": len(samples), "trial": [t.as_dict() for t in trials]}
 
 
-def _out_path(p: Params, src: Source, n_sources: int) -> Path:
-    out = Path(p.output)
+def _out_path(p: Params, src: Source, n_sources: int) -> Location:
+    out = as_location(p.output)
     if p.format == "b2nd":
         return out / f"{src.name}.b2nd"
     return out / src.name
 
 
-def _zarr_array(p: Params, src: Source) -> Path:
-    return Path(p.output) / src.name / "0"
+def _zarr_array(p: Params, src: Source) -> Location:
+    return as_location(p.output) / src.name / "0"
 
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
@@ -191,7 +193,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     patch = patch_of(p)
     choices = codec_choices(p, sources)
     choice = choices[str(sources[0].dtype)]
-    out = Path(p.output)
+    out = as_location(p.output)
     units: list[Unit] = []
     if p.format == "zarr":
         ensure_group(out, 3, ctx)
@@ -218,7 +220,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:
     """A .b2nd set: ``zarrmill/compress.json`` (nnU-Net takes every top-level file for a case); a
     zarr set: the root group's ``zarrmill.compress_set`` attributes (no stray file in a zarr store)."""
-    out = Path(p.output)
+    out = as_location(p.output)
     if p.format == "b2nd":
         ctx.guard.make_dirs(out / SUMMARY_DIR)
         atomic_write_json(out / SUMMARY, summary)
@@ -251,7 +253,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             import blosc2
 
             _, blocks = blosc2.compute_chunks_blocks(src.shape, unit["chunks"], dtype=src.dtype)
-        return write_b2nd(Path(unit["out"]), src.shape, src.dtype, src.read, unit["chunks"], blocks, params, meta)
+        return write_b2nd(as_location(unit["out"]), src.shape, src.dtype, src.read, unit["chunks"], blocks, params, meta)
     sl = region_slices(unit["region"])
     data = src.read(sl)
     arr = open_for_write(_zarr_array(p, src))
@@ -262,23 +264,23 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
-    summary = dict(compress_summary(Path(p.output)) or {})
+    summary = dict(compress_summary(as_location(p.output)) or {})
     sources = _sources(p)
     cases = []
     for src in sources:
         path = _out_path(p, src, len(sources))
-        size = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        size = stored_bytes(path)
         cases.append({**describe(src), "output": str(path), "bytes": size,
                       "ratio": round(int(np.prod(src.shape)) * src.dtype.itemsize / max(size, 1), 3)})
     summary.update({"state": "done", "cases": cases})
     if p.format == "zarr":
         for src in sources:
             scale = [src.pixel_size.get(a, 1.0) for a in src.axes]
-            write_image_metadata(Path(p.output) / src.name, "0.5", make_axes(src.axes), [Level("0", scale, None)],
+            write_image_metadata(as_location(p.output) / src.name, "0.5", make_axes(src.axes), [Level("0", scale, None)],
                                  name=src.name)
             if src.path.is_dir():  # an OME-Zarr image: its ROI tables and label images come along
-                carry_subtrees(src.path, Path(p.output) / src.name, 3, ctx.guard)
-            zarr.open_group(zarr_url(Path(p.output) / src.name), mode="a").attrs["zarrmill"] = {
+                carry_subtrees(src.path, as_location(p.output) / src.name, 3, ctx.guard)
+            zarr.open_group(zarr_url(as_location(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
                 "patch": patch_of(p), "layout": p.layout}
     if _nnunet(p):
@@ -289,7 +291,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
 def _finish_nnunet(p: Params, ctx: PlanContext, summary: dict, sources: list[Source]) -> None:
     """The properties (.pkl) and every other file nnU-Net keeps in the folder, carried byte for
     byte; the note on the layout chosen in ``zarrmill/layout.md``."""
-    out = Path(p.output)
+    out = as_location(p.output)
     cases, others = read_cases(Path(p.input))
     for path in [c.properties for c in cases] + others:
         target = ctx.guard.will_create(ctx.guard.contain(out / path.name, what="nnU-Net file name"))

@@ -21,6 +21,7 @@ from .io.storage.arrays import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
+from .runtime.budget import holds
 from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"
@@ -77,7 +78,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     ensure_group(p.output_path(), spec.zarr_format, ctx)
     ensure_array(p.output_path(), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(p.dtype).itemsize, int(p.unit_mb * 2**20))
-    return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]
+    return [{"id": f"r{i}", "region": [list(r) for r in reg], "memory": holds(reg, np.dtype(p.dtype).itemsize)}
+            for i, reg in enumerate(regions)]
 
 
 def run_unit(p: Params, unit: Unit) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from . import ingest_wells, reshard
+from . import ingest_wells, pyramid, reshard
 from .ingest_params import Params
 from .errors import ConfigError, InputError
 from .io.ngff.acquisition import Acquisition
@@ -45,10 +45,11 @@ from .io.ngff.hcs import (
     write_field_image,
     write_plate,
 )
-from .io.ngff.metadata import NGFF_FORMATS, Level, make_axes, write_image_metadata
+from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
 from .io.readers.planes import plane_exists, plane_header, read_plane_into
 from .io.readers.volume import open_volume
+from .runtime.budget import REGION_COPIES, holds
 from .runtime.contract import THREADS, PlanContext, Unit
 from .io.storage.location import zarr_url
 
@@ -170,21 +171,33 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     root = p.output_path()
     ensure_group(root, spec.zarr_format, ctx)
     units = []
+    plane = math.prod(acq.image_shape_yx) * np.dtype(acq.dtype).itemsize
+    stack = plane * min(acq.n_z, max(1, BATCH_BYTES // plane))  # the planes one write holds (run_unit)
+    origins = well_origins(acq) if p.pyramid else {}
     for (row, col, fld), planes in acq.fields().items():
         path = field_path(row, col, fld, acq)
         for part in (path.rsplit("/", 2)[0], path.rsplit("/", 1)[0], path):
             ensure_group(root / part, spec.zarr_format, ctx)
         ensure_array(root / path, "0", spec, ctx)
+        if p.pyramid:
+            meta = _field_meta(p, acq, root / path, field_levels(acq, planes[0], origins[(row, col)]))
+            units += _region_units(p, ctx, path, meta, spec, BATCH_BYTES, fov_planes=planes)
+            continue
         for t in range(acq.n_t):
             files = [[pl.c, pl.z, pl.path] for pl in planes if pl.t == t]
             units.append({"id": f"{path}/t{t}", "field": path, "t": t, "planes": files,
-                          "has_t": acq.n_t > 1, "missing_ok": p.missing == "zeros"})
+                          "has_t": acq.n_t > 1, "missing_ok": p.missing == "zeros",
+                          "memory": int(stack * REGION_COPIES)})
     return units
 
 
 def run_unit(p: Params, unit: Unit) -> int:
-    if "kind" in unit or "src" in unit:  # layout well: well images, their pyramid, the overview
+    if "src" in unit:  # a pyramid level read back from the one above (below what units build in memory)
+        return pyramid.run_level_unit(p.output_path(), unit)
+    if "kind" in unit:  # layout well: well images, their pyramid, the overview
         return ingest_wells.run_unit(p, unit)
+    if "field" in unit and "region" in unit:
+        return _run_field_region(p, unit)
     if "region" in unit:
         return _run_image_unit(p, unit)
     arr = open_for_write(p.output_path() / unit["field"] / "0")
@@ -228,8 +241,11 @@ def finish(p: Params, ctx: PlanContext) -> None:
         extra = {"source": acq.source, "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                  "instrument_well": first.well_name, "field_index": fld, "acquired": first.time,
                  "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]}
-        write_field_image(root / path, acq, p.ngff_version, field_levels(acq, first, origins[(row, col)]),
-                          windows, extra)
+        levels = field_levels(acq, first, origins[(row, col)])
+        if p.pyramid:
+            meta = _field_meta(p, acq, root / path, levels)
+            levels = pyramid.pyramid_levels(_pyramid_params(p), meta, field_shape(acq))
+        write_field_image(root / path, acq, p.ngff_version, levels, windows, extra)
     field_count = max(len(f) for f in acq.wells().values())
     write_plate(root, acq, p.ngff_version, paths, field_count)
 
@@ -253,11 +269,14 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
 
 
 def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
-    spec, _, _ = _image_spec(p)
+    spec, sizes, axes = _image_spec(p)
     ensure_group(p.output_path(), spec.zarr_format, ctx)
     ensure_array(p.output_path(), "0", spec, ctx)
+    if p.pyramid:
+        return _region_units(p, ctx, "", _image_meta(p, axes, sizes), spec, IMAGE_UNIT_MB * 2**20)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
-    return [{"id": f"r{i}", "region": [list(r) for r in reg]} for i, reg in enumerate(regions)]
+    return [{"id": f"r{i}", "region": [list(r) for r in reg], "memory": holds(reg, np.dtype(spec.dtype).itemsize)}
+            for i, reg in enumerate(regions)]
 
 
 def _run_image_unit(p: Params, unit: Unit) -> int:
@@ -267,7 +286,71 @@ def _run_image_unit(p: Params, unit: Unit) -> int:
     finally:
         vol.close()
     open_for_write(p.output_path() / "0")[region_slices(unit["region"])] = data
-    return data.nbytes
+    return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in unit["region"]], p.output_path(),
+                                                   unit.get("levels", []))
+
+
+# -- the pyramid in the same pass (pyramid: true) ----------------------------------------------------
+def _pyramid_params(p: Params) -> pyramid.Params:
+    """Lower levels unsharded, as level 0 of an image is (a field's level-0 shard is one plane):
+    their chunks grow to at least level 0's, so each level is a few files, and a level's chunk
+    needs a small level-0 region, so most levels are built in memory."""
+    return pyramid.Params(input=str(p.output_path()), method="mean", z_factor="auto", min_size=p.min_size,
+                          shard_mb=None, codec=p.codec)
+
+
+def _image_meta(p: Params, axes: str, sizes: dict[str, float]) -> ImageMeta:
+    """Level 0's metadata as ``finish`` writes it, for planning the levels below it."""
+    level0 = Level("0", [sizes.get(a, 1.0) for a in axes], None)
+    return ImageMeta(p.output_path(), p.ngff_version, make_axes(axes), [level0], {"multiscales": [{}]})
+
+
+def _field_meta(p: Params, acq: Acquisition, root: Path, levels: list[Level]) -> ImageMeta:
+    return ImageMeta(root, p.ngff_version, make_axes(field_axes(acq)), levels, {"multiscales": [{}]})
+
+
+def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec: ArraySpec, unit_bytes: int,
+                  fov_planes: list | None = None) -> list[Unit]:
+    """Units writing level 0 of ``image`` (a field, or "" for a single image) in regions, with the
+    levels they can build from them in memory; then the units reading back the levels below."""
+    itemsize = np.dtype(spec.dtype).itemsize
+    block = tuple(spec.write_block)
+    if fov_planes is not None:  # a field's units read whole plane files: whole planes each
+        block = block[:-2] + tuple(spec.shape[-2:])
+    regions, levels, rest = pyramid.plan_levels_with_regions(
+        _pyramid_params(p), p.output_path(), image, meta, ctx, block, unit_bytes, int(p.volume_mb * 2**20))
+    units = []
+    for i, reg in enumerate(regions):
+        unit: Unit = {"id": f"{image}/r{i}" if image else f"r{i}", "region": [list(r) for r in reg],
+                      "levels": levels, "memory": holds(reg, itemsize)}
+        if fov_planes is not None:
+            unit.update(field=image, missing_ok=p.missing == "zeros",
+                        planes=[[pl.t, pl.c, pl.z, pl.path] for pl in fov_planes if _inside(reg, pl, meta)])
+        units.append(unit)
+    return units + rest
+
+
+def _inside(region: tuple[tuple[int, int], ...], plane: object, meta: ImageMeta) -> bool:
+    """Whether a (t, c, z) plane lies in a field region (axes (t)czyx)."""
+    index = dict(zip(meta.axis_names, region))
+    return all(a <= getattr(plane, name) < b for name, (a, b) in index.items() if name in "tcz")
+
+
+def _run_field_region(p: Params, unit: Unit) -> int:
+    """One region of a field, (t) c z y x, assembled from its plane files, then its lower levels."""
+    root = p.output_path() / unit["field"]
+    arr = open_for_write(root / "0")
+    region = [tuple(r) for r in unit["region"]]
+    data = np.zeros(tuple(b - a for a, b in region), dtype=arr.dtype)
+    n_lead = arr.ndim - 3  # (t) c
+    for t, c, z, path in unit["planes"]:
+        if unit["missing_ok"] and not plane_exists(path):
+            continue  # stays zero: missing planes are recorded in finish
+        index = ((t,) if n_lead == 2 else ()) + (c, z)
+        read_plane_into(path, data[tuple(i - a for i, (a, _) in zip(index, region))])
+    start = [a for a, _ in region]
+    write_region(arr, start, data)
+    return data.nbytes + pyramid.write_levels_from(data, start, root, unit["levels"])
 
 
 def _finish_image(p: Params) -> None:
@@ -275,7 +358,8 @@ def _finish_image(p: Params) -> None:
     from .io.ngff.hcs import omero
 
     spec, sizes, axes = _image_spec(p)
-    scale = [sizes.get(a, 1.0) for a in axes]
+    meta = _image_meta(p, axes, sizes)
+    levels = pyramid.pyramid_levels(_pyramid_params(p), meta, spec.shape) if p.pyramid else meta.levels
     arr = zarr.open_array(zarr_url(p.output_path() / "0"), mode="r")
     n_c = spec.shape[axes.index("c")] if "c" in axes else 1
     extra = {}
@@ -283,13 +367,15 @@ def _finish_image(p: Params) -> None:
         windows = channel_windows([arr], axes, spec.dtype)
         names = p.channel_names or [f"C{c}" for c in range(n_c)]
         extra["omero"] = omero([Channel(label=n) for n in names], windows)
-    write_image_metadata(p.output_path(), p.ngff_version, make_axes(axes), [Level("0", scale, None)],
-                         name=Path(p.input).name, extra=extra)
+    write_image_metadata(p.output_path(), p.ngff_version, make_axes(axes), levels, name=Path(p.input).name,
+                         extra=extra)
 
 
 def describe_unit(unit: Unit) -> str:
     if "kind" in unit or "src" in unit:
         return reshard.describe_unit(unit)
+    if "field" in unit and "region" in unit:
+        return f"field {unit['field']} region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
     if "region" in unit:
         return "region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
     return f"field {unit['field']} t={unit['t']} ({len(unit['planes'])} planes)"

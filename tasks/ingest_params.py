@@ -19,7 +19,7 @@ from .runtime.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, Positiv
 
 class Params(TaskParams):
     OBJECT_STORES = True  # output may be s3://bucket/prefix; instrument folders are read locally
-    LOCAL_INPUTS = ("input",)
+    LOCAL_FIELDS = ("input",)
 
     input: str = Field(description="instrument folder, folder of pattern-named files, or one image file (local)")
     output: str = Field(description="OME-Zarr plate (or image, for format=image) to write: a local path or "
@@ -59,15 +59,19 @@ class Params(TaskParams):
     layout: Literal["fov", "well"] = Field("fov", description="plates: fov = one image per field of view; well = "
                                            "each well one image, its FOVs placed by stage position (what "
                                            "ingest + reshard make, in one pass, with pyramid and ROI tables)")
-    # layout: well only; the same settings as reshard's
+    pyramid: bool = Field(False, description="layout fov and single images: also write the pyramid levels in the same "
+                          "pass, each unit downsampling the region it holds (level 0 never read back); layout well "
+                          "always does; the pyramid task adds levels to stores that exist")
+    # layout: well (and pyramid); the same settings as reshard's
     image_name: ImageName = Field("well", description="layout well: name of the well image")
     overlap: Policy = Field("first", description="layout well: overlapping FOV pixels: first, last, mean, or shift apart")
-    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="layout well: pyramid stops once a level's largest side is at most this")
+    min_size: int = Field(256, ge=1, le=MAX_INDEX, description="layout well, pyramid: the pyramid stops once a level's largest side is at most this")
     shard_mb: float = Field(64.0, gt=0, le=MAX_MB, description="layout well: shard size of the lower pyramid levels")
     overview: bool = Field(False, description="layout well: also write a plate overview image")
     overview_size: int = Field(256, ge=16, le=65_536, description="layout well: about this many overview pixels per well side")
     volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="layout well: a well's (t, c) volume up to this is built whole "
-                             "in one unit, its pyramid in memory; larger ones in regions, lower levels read back")
+                             "in one unit, its pyramid in memory; larger ones in regions, lower levels read back; "
+                             "pyramid: levels are built in memory while the region that needs is at most this")
 
     _format: str | None = PrivateAttr(None)
 

@@ -38,7 +38,7 @@ WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside t
 
 class Params(TaskParams):
     OBJECT_STORES = True  # the image may be s3://; the mask file is read locally
-    LOCAL_INPUTS = ("input",)
+    LOCAL_FIELDS = ("input",)
     URL_FIELDS = (("input", False), ("image", True))
 
     input: str = Field(description="label mask: TIFF / OME-TIFF / .npy of integers")

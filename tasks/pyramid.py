@@ -43,6 +43,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
+from .runtime.budget import holds
 from .runtime.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
 from .io.storage.location import zarr_url
 
@@ -188,14 +189,21 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
     method, arr0, specs = _create_levels(p, base, image, meta, ctx)
-    prev = meta.levels[0].path
+    return _level_units(image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+                        first_stage, sparse)
+
+
+def _level_units(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
+                 itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Unit]:
+    """Units building each level of ``specs`` from the one before as stored, starting from ``prev``;
+    the first of them in stage ``first_stage``."""
     units: list[Unit] = []
-    for factors, spec, level in specs:
-        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, arr0.dtype.itemsize,
-                                              int(p.unit_mb * 2**20))):
-            units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + int(level.path) - 1,
+    for k, (factors, spec, level) in enumerate(specs):
+        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))):
+            units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
                           "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                          "method": method, "sparse": sparse, "region": [list(r) for r in reg]})
+                          "method": method, "sparse": sparse, "region": [list(r) for r in reg],
+                          "memory": holds(reg, itemsize)})
         prev = level.path
     return units
 
@@ -208,6 +216,46 @@ def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ct
     method}] for those writers."""
     method, _, specs = _create_levels(p, base, image, meta, ctx, across_lead)
     return [{"path": level.path, "factors": list(factors), "method": method} for factors, _, level in specs]
+
+
+def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+                             block0: tuple[int, ...], unit_bytes: int, hold_bytes: int
+                             ) -> tuple[list[tuple[tuple[int, int], ...]], list[dict], list[Unit]]:
+    """Create levels 1.. of an image whose level 0 is being written in regions (ingest of a volume
+    or a field), so the writers build the levels they can from the region they hold (nothing read
+    back). A level is built in memory while the level-0 region it needs (whole blocks of every
+    level so far, each a multiple of the factors down to it) is at most ``hold_bytes``; the levels
+    below are read back from the last one built so (a few % of the bytes, at most 1/4 per level).
+    Returns (level-0 regions, [{path, factors, method}] for their writers, read-back units)."""
+    method, arr0, specs = _create_levels(p, base, image, meta, ctx, across_lead=False)
+    shape0, itemsize = tuple(arr0.shape), arr0.dtype.itemsize
+    block, reach = list(block0), [1] * len(shape0)
+    in_memory: list[dict] = []
+    for factors, spec, level in specs:
+        reach = [r * f for r, f in zip(reach, factors)]
+        # whole blocks of this level, and of every level above, from one level-0 region
+        need = [min(n, math.lcm(b, w * r)) for n, b, w, r in zip(shape0, block, spec.write_block, reach)]
+        if math.prod(need) * itemsize > hold_bytes:
+            break
+        block = need
+        in_memory.append({"path": level.path, "factors": list(factors), "method": method})
+    regions = group_regions(shape0, tuple(block), itemsize, unit_bytes)
+    prev = in_memory[-1]["path"] if in_memory else meta.levels[0].path
+    return regions, in_memory, _level_units(image, prev, specs[len(in_memory):], method, itemsize, p.unit_mb)
+
+
+def write_levels_from(data: np.ndarray, start: list[int], image_root: Path, levels: list[dict],
+                      sparse: bool = False) -> int:
+    """Write the levels ``levels`` (from a planner above) of the region ``data`` of level 0 that
+    starts at ``start``, each downsampled from the one before in memory. Returns the bytes written."""
+    nbytes = 0
+    for level in levels:
+        factors = tuple(level["factors"])
+        data = downsample(data, factors, level["method"])
+        start = [a // f for a, f in zip(start, factors)]  # a multiple of f: regions are planned so
+        write_region(open_for_write(image_root / level["path"], sparse=sparse), start, data)
+        nbytes += data.nbytes
+    return nbytes
 
 
 def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[Level]:

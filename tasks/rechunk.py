@@ -33,6 +33,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
+from .runtime.budget import holds
 from .runtime.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 from .io.storage.location import as_location, zarr_url
 
@@ -107,7 +108,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         else:
             ensure_array(p.output_path().parent, p.output_path().name, spec, ctx)
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
-            units.append({"id": f"{path or 'array'}:{i}", "path": path, "region": [list(r) for r in reg]})
+            units.append({"id": f"{path or 'array'}:{i}", "path": path, "region": [list(r) for r in reg],
+                          "memory": holds(reg, src.dtype.itemsize)})
     return units
 
 

@@ -40,7 +40,6 @@ from .io.storage.arrays import (
     open_input_array,
     write_region,
 )
-from .io.storage.downsample import downsample
 from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
@@ -60,6 +59,7 @@ from .io.ngff.metadata import (
 )
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
+from .runtime.budget import holds
 from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 from .io.storage.location import zarr_url
 
@@ -268,11 +268,12 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -
         leads = [[[0, n] for n in well.lead_shape]] if whole else \
             [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
         return [{"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
-                 "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume)}
+                 "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume),
+                 "memory": holds(lead + volume, well.dtype.itemsize)}
                 for i, lead in enumerate(leads)]
     units: list[Unit] = [
         {"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "region": [list(r) for r in reg],
-         "fovs": well.fovs_in(reg[n_lead:])}
+         "fovs": well.fovs_in(reg[n_lead:]), "memory": holds(reg, well.dtype.itemsize)}
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, well.dtype.itemsize,
                                               int(p.unit_mb * 2**20)))]
     return units + pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
@@ -303,13 +304,9 @@ def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
     data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
                    lambda fov, spatial: read(fov, lead_sl, spatial))
     write_region(dst, [a for a, _ in region], data)
-    nbytes = data.nbytes
-    for level in unit.get("levels", []):  # the unit holds a whole (t, c) volume: its pyramid, from memory
-        data = downsample(data, tuple(level["factors"]), level["method"])
-        write_region(open_for_write(dst_path.parent / level["path"], sparse=True),
-                     [a for a, _ in region[:n_lead]] + [0] * (dst.ndim - n_lead), data)
-        nbytes += data.nbytes
-    return nbytes
+    # the unit holds a whole (t, c) volume: its pyramid, from memory
+    return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in region], dst_path.parent,
+                                                   unit.get("levels", []), sparse=True)
 
 
 def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:

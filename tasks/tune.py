@@ -24,6 +24,7 @@ from .io.training.b2store import cparams, write_b2nd
 from .io.training.codec_trial import Policy
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
+from .io.storage.location import is_remote
 from .io.readers.sources import case_paths, open_source, refuse_name_collisions
 from .io.training.nnunet import is_nnunet_folder, open_array, patch_for, read_cases
 from .runtime.contract import MAX_COUNT, MAX_INDEX, PlanContext, PositiveInt, TaskParams, Unit
@@ -34,6 +35,11 @@ LAYOUTS = ["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet
 
 
 class Params(TaskParams):
+    OBJECT_STORES = True  # the sample may be a zarr / OME-Zarr on s3:// or https://
+    LOCAL_FIELDS = ("output",)
+    LOCAL_WHY = ("tune measures patch reads from local disk, as training workers make them: its output is a "
+                 "local folder (a zarr sample may be a URL)")
+
     input: str = Field(description="a sample of your data: file(s) as compress takes them")
     output: str = Field(description="folder for tune.csv, tune.png, recommended.yaml and sample files")
     patch: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="training patch size "
@@ -66,7 +72,7 @@ def _nnunet_data(p: Params) -> list[Path]:
     folder is scanned once per Params."""
     if p._nnunet_data is None:
         p._nnunet_data = ([c.data for c in read_cases(Path(p.input))[0][:p.sample_cases]]
-                          if is_nnunet_folder(Path(p.input)) else [])
+                          if not is_remote(p.input) and is_nnunet_folder(Path(p.input)) else [])
     return p._nnunet_data
 
 

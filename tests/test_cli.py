@@ -112,13 +112,14 @@ def test_run_folders_live_in_one_place_and_prune_removes_only_old_marked_ones(cl
 
 
 def test_a_local_worker_over_its_memory_limit_is_named_in_the_failure(cli, tmp_path):
-    """dask's nanny restarts a local worker that outgrows executor.memory_limit: the failure line
+    """dask's nanny restarts a local worker that outgrows executor.memory_limit (its unit held more
+    than it declared, so the budget let it start): the failure line
     says the worker ran out of memory and which setting to raise, not only KilledWorker."""
     import dask.config
     import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
 
     wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
-        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 5000, "hold_mb": 600}}},
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 5000, "hold_mb": 600, "declare_mb": 50}}},
         executor={"kind": "local", "workers": 1, "memory_limit": "300MB", "retries": 0})
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         code, _, err = cli("run", wf)

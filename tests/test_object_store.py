@@ -177,7 +177,7 @@ def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path,
 
 
 def test_a_task_without_object_stores_says_so(cli, tmp_path, bucket):
-    code, _, err = task(cli, "compress", f"input={tmp_path}", f"output=s3://{bucket}/c")
+    code, _, err = task(cli, "generate-plate", f"output=s3://{bucket}/c")
     assert code == 2 and "reads and writes local paths only" in err, err
 
 
@@ -352,6 +352,12 @@ def test_a_web_store_is_read_over_http_and_never_written(cli, tmp_path):
         assert code == 0 and "not fingerprinted" in err, err
         np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "copy.zarr" / "0"))[:],
                                       zarr.open_array(str(web / "img.zarr" / "0"))[:])
+        code, _, err = task(cli, "compress", f"input={url}", f"output={tmp_path / 'b2'}", "patch=[8,32,32]")
+        assert code == 0, err
+        import blosc2
+
+        np.testing.assert_array_equal(blosc2.open(str(tmp_path / "b2" / "img.b2nd"))[:],
+                                      zarr.open_array(str(web / "img.zarr" / "0"))[:])
         code, _, err = task(cli, "rechunk", f"input={web / 'img.zarr'}", f"output={url}2", "chunks=[1,4,16,16]")
         assert code == 2 and "only reads" in err, err
         code, _, err = cli("check", url)
@@ -361,3 +367,51 @@ def test_a_web_store_is_read_over_http_and_never_written(cli, tmp_path):
     code, _, err = task(cli, "rechunk", "input=http://example.org/img.zarr", f"output={tmp_path / 'x.zarr'}",
                         "chunks=[1,4,16,16]")
     assert code == 2 and "use https://" in err, err
+
+
+def test_compress_reads_and_writes_s3_and_tune_samples_from_it(cli, tmp_path, bucket, s3env):
+    """compress: an OME-Zarr image in the bucket becomes Blosc2 .b2nd objects (each one whole PUT of
+    the file built locally) and a zarr set in the bucket, each equal to the same run on disk;
+    tune samples from the bucket and writes its report to a local folder only."""
+    import blosc2
+
+    roots = {"disk": str(tmp_path / "d"), "s3": f"s3://{bucket}/d"}
+    for where, root in roots.items():
+        code, _, err = task(cli, "generate", f"output={root}/img.zarr", "shape=[2,16,64,64]", "axes=czyx",
+                            "chunks=[1,8,32,32]")
+        assert code == 0, f"{where}: {err}"
+        for fmt in ("b2nd", "zarr"):
+            code, _, err = task(cli, "compress", f"input={root}/img.zarr", f"output={root}/{fmt}", f"format={fmt}",
+                                "patch=[8,32,32]", "codec=zstd", "clevel=3")
+            assert code == 0, f"{where} {fmt}: {err}"
+    image = zarr.open_array(str(tmp_path / "d" / "img.zarr" / "0"))[:]
+    objects = s3env.objects(f"{bucket}/d/b2nd")
+    on_disk = sorted(str(f.relative_to(tmp_path / "d" / "b2nd")) for f in (tmp_path / "d" / "b2nd").rglob("*")
+                     if f.is_file())
+    assert sorted(objects) == on_disk and "img.b2nd" in on_disk, (sorted(objects), on_disk)
+    (tmp_path / "from-s3.b2nd").write_bytes(objects["img.b2nd"])
+    np.testing.assert_array_equal(blosc2.open(str(tmp_path / "from-s3.b2nd"))[:], image)
+    summary = json.loads(objects["zarrmill/compress.json"])
+    assert summary["state"] == "done" and summary["cases"][0]["bytes"] == len(objects["img.b2nd"])
+    remote, local = digest_objects(s3env.objects(f"{bucket}/d/zarr")), tree_digest(tmp_path / "d" / "zarr")
+    for key in ("zarr.json",):  # the set's summary names its source (a URL here, a path there)
+        assert remote.pop(key) and local.pop(key)
+    assert remote == local
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "d" / "zarr" / "img" / "0"))[:], image)
+    for fmt in ("zarr", "b2nd"):
+        code, out, err = cli("check", f"s3://{bucket}/d/{fmt}")
+        assert code == 0, out + err
+    s3env.fs().pipe_file(f"{bucket}/d/b2nd/img.b2nd", objects["img.b2nd"][:-64])  # a torn copy: check says so
+    code, out, err = cli("check", f"s3://{bucket}/d/b2nd")
+    assert code != 0 and f"s3://{bucket}/d/b2nd/img.b2nd" in out + err, out + err
+    code, _, err = task(cli, "tune", f"input=s3://{bucket}/d/img.zarr", f"output={tmp_path / 'tune'}",
+                        "patch=[8,32,32]", "seconds=2", "crop=1", "layouts=[zarrmill]")
+    assert code == 0 and (tmp_path / "tune" / "recommended.yaml").is_file(), err
+    before = s3env.objects(bucket)
+    code, _, err = task(cli, "tune", f"input=s3://{bucket}/d/img.zarr", f"output=s3://{bucket}/tune",
+                        "patch=[8,32,32]")
+    assert code == 2 and "its output is a local folder" in err, err
+    assert s3env.objects(bucket) == before
+    code, _, err = task(cli, "compress", f"input=s3://{bucket}/d/b2nd/img.b2nd", f"output={tmp_path / 'x'}",
+                        "patch=[8,32,32]")
+    assert code == 2 and "a URL input must be zarr" in err, err

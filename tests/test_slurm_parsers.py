@@ -55,6 +55,19 @@ def test_slurm_kwargs_layering(tmp_path):
     assert kw["log_directory"] == str(tmp_path / "logs")
 
 
+def test_slurm_workers_offer_their_share_of_the_jobs_memory(tmp_path):
+    """A job of 4 GB with 2 worker processes: dask-jobqueue gives each 2 GB, each offers 60 % of it."""
+    spec = ExecutorSpec(kind="slurm", slurm={"memory": "4GB", "processes": 2, "cores": 2,
+                                             "worker_extra_args": ["--nthreads", "1"]})
+    kw = slurm_cluster_kwargs(spec, "w", tmp_path, None)
+    assert kw["worker_extra_args"] == ["--nthreads", "1", "--resources", "MEMORY=1200000000"]
+    assert kw["worker_extra_args"] is not spec.slurm["worker_extra_args"]  # the workflow's list is left as it was
+    assert spec.slurm["worker_extra_args"] == ["--nthreads", "1"]
+    mine = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"memory": "1GB", "worker_extra_args": [
+        "--resources", "GPU=1"]}), "w", tmp_path, None)
+    assert mine["worker_extra_args"] == ["--resources", "GPU=1 MEMORY=600000000"]
+
+
 def test_slurm_kwargs_respect_jobqueue_config(tmp_path):
     import dask.config
 
@@ -81,6 +94,7 @@ def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path)
     with SLURMCluster(**kw) as cluster:
         script = cluster.job_script()
     assert f"cd {shlex.quote(str(run))}" in script and "--tls-key" in script
+    assert "--resources MEMORY=600000000" in script  # each worker offers 60 % of its 1 GB (runtime/budget.py)
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     with pytest.raises(ConfigError, match="executor.run_dir.*shell characters"):

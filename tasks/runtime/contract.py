@@ -58,8 +58,9 @@ class TaskParams(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     # the task reads and writes object stores (s3://, and https:// inputs); the others refuse URLs
     OBJECT_STORES: ClassVar[bool] = False
-    # input fields that name an instrument folder or a file to read locally, never a URL
-    LOCAL_INPUTS: ClassVar[tuple[str, ...]] = ()
+    # fields that name a local folder or file, never a URL, and the reason a user is told
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+    LOCAL_WHY: ClassVar[str] = "instrument folders and files are read from local paths"
     # fields that name a store or file: (name, written to)
     URL_FIELDS: ClassVar[tuple[tuple[str, bool], ...]] = (("input", False), ("output", True))
 
@@ -72,9 +73,8 @@ class TaskParams(BaseModel):
             value = getattr(self, field, None)
             for v in (value if isinstance(value, list) else [value]) if value is not None else []:
                 check_url(str(v), write=write, what=field)
-                if scheme_of(str(v)) and (not self.OBJECT_STORES or field in self.LOCAL_INPUTS):
-                    where = "instrument folders and files are read from local paths" if self.OBJECT_STORES else \
-                        f"task {task} reads and writes local paths only (object stores: ingest, pyramid, check)"
+                if scheme_of(str(v)) and (not self.OBJECT_STORES or field in self.LOCAL_FIELDS):
+                    where = self.LOCAL_WHY if self.OBJECT_STORES else f"task {task} reads and writes local paths only"
                     raise ConfigError(f"{v}: {field} is a URL; {where}")
         return self
 

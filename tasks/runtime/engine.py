@@ -22,6 +22,7 @@ from ..io.storage.fingerprint import changed_files, describe_changes, fingerprin
 from ..io.storage.guard import OutputGuard
 from ..io.storage.location import is_remote
 from ..io.storage.object_store import open_guard
+from .budget import refuse_oversized, resources_for, unit_memory
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import Ledger, ObjectLedger, StepRecord, diff_params, open_ledger, params_hash
 from .locks import DatasetLock, Locked, ObjectLock, open_lock
@@ -44,6 +45,10 @@ class StepOptions:
     error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
     # why the cluster lost workers (SLURM: out of memory, walltime), asked when units failed with them
     explain_lost_workers: Callable[[], str] | None = None
+    # bytes of unit data one worker may hold (runtime/budget.py); None: unknown, nothing constrained
+    unit_budget: Callable[[], int | None] | None = None
+    budget_setting: str = "executor.memory_limit"
+    _budget: int | None = None  # unit_budget() of the step being run
 
 
 @dataclass
@@ -183,6 +188,8 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     units = task.plan(params, ctx)  # a failure here is rolled back by run_step
     _check_unique_ids(task.name, units)
+    opts._budget = opts.unit_budget() if opts.unit_budget else None
+    refuse_oversized(task.name, units, opts._budget, opts.budget_setting, type(params).model_fields)  # rolled back like a failed plan
     guard.commit()  # the plan's nodes stay from here on: units write into them
     if not resume or changed:
         ledger.clear_done()
@@ -308,11 +315,18 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
         batch = _take(pending, n)
         if not batch:
             return []
-        keys = [f"{task.name}-{run_id}-{i}" for i, _ in batch]
-        units = [u for _, u in batch]
-        by_key.update(zip(keys, units))
-        return client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
-                          key=keys, retries=opts.retries, pure=False)
+        futures = []
+        by_need: dict[int, list[tuple[int, Unit]]] = {}  # one map per memory size a unit declared
+        for i, unit in batch:
+            by_need.setdefault(unit_memory(unit), []).append((i, unit))
+        for group in by_need.values():
+            keys = [f"{task.name}-{run_id}-{i}" for i, _ in group]
+            units = [u for _, u in group]
+            by_key.update(zip(keys, units))
+            futures += client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
+                                  key=keys, retries=opts.retries, pure=False,
+                                  resources=resources_for(units[0], opts._budget))
+        return futures
 
     # current for as_completed only: the client is never dask's global default (executors.py)
     with client.as_current():

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import dask.config
+from dask.utils import parse_bytes
 
 from ..errors import ExecutorError
 from .slurm import (
@@ -28,6 +29,7 @@ from .slurm import (
     shell_safe_path,
     tail_file,
 )
+from .budget import MEMORY, budget_of
 from .machine import available_cpus, available_memory
 from .rundirs import make_run_dir
 from .spec import ExecutorSpec, Resources
@@ -71,16 +73,45 @@ class Executor:
         spend their time in GIL-free codecs ("threads": ingest, pyramid, reshard, ...) runs on
         threads in this process (no process start-up, no transfers); the others on processes.
         Explicit ``threads``/``slurm``/``address`` executors are used as configured."""
-        kind = self.spec.kind
+        kind = self._kind(workers)
         if kind == "sync":
             return None
-        if kind == "local" and workers == "threads" and not (self.spec.workers or self.spec.memory_limit):
-            kind = "threads"  # workers or memory_limit set: the user sized processes, keep them
         key = resources.key() if (kind == "slurm" and resources) else (kind,)
         with self._lock:
             if key not in self._pools:
                 self._pools[key] = self._start(resources, kind)
             return self._pools[key][1]
+
+    def _kind(self, workers: str) -> str:
+        kind = self.spec.kind
+        if kind == "local" and workers == "threads" and not (self.spec.workers or self.spec.memory_limit):
+            kind = "threads"  # workers or memory_limit set: the user sized processes, keep them
+        return kind
+
+    def unit_budget(self, resources: Resources | None, workers: str = "processes") -> int | None:
+        """Bytes of unit data one worker of this step may hold at once (budget.py); None where
+        zarrmill did not start the workers (``address``)."""
+        kind = self._kind(workers)
+        if kind == "address":
+            return None
+        if kind == "slurm":
+            return slurm_unit_budget(_slurm_settings(self.spec, resources))
+        return budget_of(self._local_worker_memory(kind))
+
+    def budget_setting(self) -> str:
+        """The setting that sizes a worker, for messages."""
+        return {"slurm": "executor.slurm.memory, or a step's resources.memory",
+                "sync": "run on a machine with more memory"}.get(self.spec.kind, "executor.memory_limit")
+
+    def _local_workers(self, kind: str) -> int:
+        return self.spec.workers or (1 if kind in ("threads", "sync") else available_cpus())
+
+    def _local_worker_memory(self, kind: str) -> int:
+        """A local worker's memory limit in bytes, as LocalCluster is given it."""
+        limit = self.spec.memory_limit
+        if limit and limit != "auto" and kind != "sync":
+            return parse_bytes(limit)
+        return int(available_memory() * 0.8 / self._local_workers(kind))
 
     def _start(self, resources: Resources | None, kind: str) -> tuple[Any, Any]:
         from distributed import Client, LocalCluster
@@ -99,9 +130,9 @@ class Executor:
             self.job_names.add(cluster.job_name)
             return cluster, client
         cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
-        workers = self.spec.workers or (1 if kind == "threads" else cpus)
+        workers = self._local_workers(kind)
         threads = cpus if kind == "threads" else self.spec.threads_per_worker
-        memory = self.spec.memory_limit or int(available_memory() * 0.8 / workers)
+        memory = self._local_worker_memory(kind)
         if kind == "local":
             make_run_dir(self.run_dir)
         with dask.config.set({UNSET_TRIM: None}):
@@ -113,6 +144,7 @@ class Executor:
                                    worker_dashboard_address=f"{LOOPBACK}:0",
                                    **({"host": LOOPBACK} if kind == "local" else {}),
                                    silence_logs=_worker_log_level(),
+                                   resources={MEMORY: budget_of(memory)},
                                    local_directory=str(self.run_dir / "dask") if kind == "local" else None)
         client = Client(cluster, set_as_default=False)
         DASHBOARD_HOSTS[client] = LOOPBACK
@@ -189,10 +221,7 @@ def quiet_dask_logs() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
-                         ) -> dict[str, Any]:
-    """Layering: dask-jobqueue's config (jobqueue.yaml, env) < workflow executor.slurm (already
-    containing --set overrides) < step resources. Our defaults only fill what none of them sets."""
+def _slurm_settings(spec: ExecutorSpec, resources: Resources | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for key, value in SLURM_DEFAULTS.items():
         if dask.config.get(f"jobqueue.slurm.{key}", None) is None:
@@ -200,6 +229,37 @@ def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources
     kwargs.update(spec.slurm)
     if resources is not None:
         kwargs.update({k: v for k, v in resources.model_dump().items() if v is not None})
+    return kwargs
+
+
+def slurm_unit_budget(settings: dict[str, Any]) -> int:
+    """A SLURM worker's unit budget: the job's memory over its worker processes (dask-jobqueue gives
+    each that memory limit)."""
+    memory = settings.get("memory") or _jobqueue("memory")
+    processes = int(settings.get("processes") or _jobqueue("processes") or 1)
+    return budget_of(parse_bytes(str(memory)) // max(processes, 1))
+
+
+def with_memory_resource(args: list[str], budget: int) -> list[str]:
+    """The worker's command-line arguments offering ``budget``, kept beside resources the user
+    declared (``--resources "GPU=1"``); a ``MEMORY`` the user set wins."""
+    if "--resources" not in args:
+        return args + ["--resources", f"{MEMORY}={budget}"]
+    i = args.index("--resources") + 1
+    if i < len(args) and f"{MEMORY}=" not in args[i]:
+        args[i] = f"{args[i]} {MEMORY}={budget}"
+    return args
+
+
+def slurm_cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
+                         ) -> dict[str, Any]:
+    """Layering: dask-jobqueue's config (jobqueue.yaml, env) < workflow executor.slurm (already
+    containing --set overrides) < step resources. Our defaults only fill what none of them sets."""
+    kwargs = _slurm_settings(spec, resources)
+    # each worker offers its unit budget (runtime/budget.py) as a dask resource
+    budget = slurm_unit_budget(kwargs)
+    extra = list(kwargs.get("worker_extra_args") or _jobqueue("worker-extra-args") or [])
+    kwargs["worker_extra_args"] = with_memory_resource(extra, budget)
     log_dir = Path(kwargs.get("log_directory") or dask.config.get("jobqueue.slurm.log-directory", None)
                    or run_dir / "logs")
     kwargs["log_directory"] = str(log_dir)

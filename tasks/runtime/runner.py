@@ -88,8 +88,10 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
 
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
                            upstream_changed=any(n in changed for n in step.needs),
-                           explain_lost_workers=executor.explain_lost_workers)
+                           explain_lost_workers=executor.explain_lost_workers,
+                           budget_setting=executor.budget_setting())
         task = get_task(step.task)
+        opts.unit_budget = lambda step=step, task=task: executor.unit_budget(step.resources, task.workers)
         report = run_step(step.name, task, step.params,
                           lambda step=step, task=task: executor.client_for(step.resources, task.workers), opts)
         if report.ran:

@@ -286,8 +286,8 @@ def test_a_worker_killed_at_its_walltime_is_named_in_the_failure(cli, slurm, tmp
 
 @pytest.mark.parametrize("who", ["slurm", "dask"])
 def test_a_worker_over_its_memory_is_named_in_the_failure(cli, slurm, tmp_path, who):
-    """A unit grows past the worker job's --mem: SLURM kills the job (dask's own memory guard off)
-    or dask's nanny restarts the worker first; either way the failure line says "out of memory" and
+    """A unit grows past the worker job's --mem (past what it declared, so the budget lets it
+    start): SLURM kills the job (dask's own memory guard off) or dask's nanny restarts the worker first; either way the failure line says "out of memory" and
     which setting to raise, instead of a bare KilledWorker."""
     import dask.config
     import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
@@ -296,7 +296,7 @@ def test_a_worker_over_its_memory_is_named_in_the_failure(cli, slurm, tmp_path, 
     executor = slurm_executor(slurm, tmp_path, jobs=1, memory="600MB", job_script_prologue=prologue)
     executor["retries"] = 0
     wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
-        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 20000, "hold_mb": 1200}}},
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 20000, "hold_mb": 1200, "declare_mb": 100}}},
         executor=executor, name=f"oom-{who}")
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         code, _, err = cli("run", wf)

@@ -4,13 +4,13 @@ has them (nnU-Net keeps channels first)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ...errors import InputError, InputNotFoundError
 from ..storage.arrays import open_input_array
+from ..storage.location import Location, as_location, is_remote
 
 SUPPORTED_KINDS = "biuf"
 
@@ -18,7 +18,7 @@ SUPPORTED_KINDS = "biuf"
 @dataclass
 class Source:
     name: str  # case name, e.g. file stem
-    path: Path
+    path: Location  # a local Path, or a UPath for a zarr input in a bucket or on a web server
     shape: tuple[int, ...]
     dtype: np.dtype
     read: Callable[[tuple[slice, ...]], np.ndarray]
@@ -26,7 +26,7 @@ class Source:
     axes: str  # NGFF axis names in order, e.g. 'czyx'
 
 
-def _zarr_source(path: Path, level: int) -> Source:
+def _zarr_source(path: Location, level: int) -> Source:
     from ..ngff.metadata import check_dimensions, level_index, read_attrs, read_image
     from ..ngff.units import ngff_to_micrometer
 
@@ -50,11 +50,13 @@ def default_axes(ndim: int) -> str:
     return {2: "yx", 3: "zyx", 4: "czyx", 5: "tczyx"}.get(ndim, "tczyx"[-ndim:])
 
 
-def open_source(path: str | Path, level: int = 0, axes: str | None = None) -> Source:
-    path = Path(path)
-    if not path.exists():
+def open_source(path: str | Location, level: int = 0, axes: str | None = None) -> Source:
+    path = as_location(path)
+    if is_remote(path):
+        src = _zarr_source(_remote_zarr(path), level)
+    elif not path.exists():
         raise InputNotFoundError(f"{path}: input does not exist")
-    if path.is_dir():
+    elif path.is_dir():
         src = _zarr_source(path, level)
     else:
         from .volume import open_volume
@@ -67,9 +69,20 @@ def open_source(path: str | Path, level: int = 0, axes: str | None = None) -> So
     return src
 
 
-def case_paths(path: str | Path) -> list[Path]:
+def _remote_zarr(path: Location) -> Location:
+    """A URL input must be a zarr array or group: files (.npy, TIFF) and folders of cases are read
+    from local paths."""
+    if not any((path / name).exists() for name in ("zarr.json", ".zarray", ".zgroup")):
+        raise InputNotFoundError(f"{path}: no zarr array or OME-Zarr image there (a URL input must be zarr; "
+                                 ".npy and TIFF files and folders of cases are read from local paths)")
+    return path
+
+
+def case_paths(path: str | Location) -> list[Location]:
     """A folder of cases (.npy / .tif files, nnU-Net style) or one input (file, zarr, OME-Zarr)."""
-    path = Path(path)
+    path = as_location(path)
+    if is_remote(path):
+        return [_remote_zarr(path)]
     if path.is_dir() and not ((path / "zarr.json").exists() or (path / ".zarray").exists()
                               or (path / ".zgroup").exists()):
         found = sorted(p for p in path.iterdir() if p.suffix.lower() in {".npy", ".tif", ".tiff"})
@@ -88,7 +101,7 @@ def describe(src: Source) -> dict[str, Any]:
 def refuse_name_collisions(sources: list[Source]) -> list[Source]:
     """Each case becomes ``<name>.b2nd`` (or ``<name>/``): two files whose names differ only in the
     extension (``case.tif`` and ``case.npy``) would write one output; refused naming both."""
-    seen: dict[str, Path] = {}
+    seen: dict[str, Location] = {}
     for src in sources:
         if src.name in seen:
             raise InputError(f"{seen[src.name]} and {src.path}: both become case {src.name!r} once the "

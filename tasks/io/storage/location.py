@@ -105,6 +105,23 @@ def url_join(base: Location, *parts: str) -> Location:
     return out
 
 
+def stored_bytes(path: Location) -> int:
+    """Bytes held at ``path``: a file or object, or every file or object under a folder or prefix."""
+    if is_remote(path):
+        from .object_store import key_of
+
+        fs = path.fs
+        fs.invalidate_cache()
+        base = key_of(path)
+        if fs.isfile(base):
+            return int(fs.size(base))
+        return sum(int(info["size"]) for info in fs.find(base + "/", detail=True).values())
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
 def reset_clients() -> None:
     """Forget S3 clients made earlier in this process: fsspec keeps one per set of options, with the
     endpoint and credentials it saw first."""

@@ -46,6 +46,16 @@ def put(path: Location, data: bytes, create_only: bool = False, **conditions: st
     path.fs.pipe_file(key_of(path), data, mode="create" if create_only else "overwrite", **conditions)
 
 
+def put_file(path: Location, local: os.PathLike[str]) -> None:
+    """A local file as one object (s3fs sends a large one in parts, each retried on its own)."""
+    path.fs.put_file(os.fspath(local), key_of(path))
+
+
+def get_file(path: Location, local: os.PathLike[str]) -> None:
+    """An object into a local file (in parts when large)."""
+    path.fs.get_file(key_of(path), os.fspath(local))
+
+
 def put_many(objects: dict[Any, bytes]) -> None:
     """Whole objects, many PUTs in flight at once (s3fs's batch), e.g. a table's dozens of small files."""
     if objects:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...errors import InputError
-from ..storage.location import zarr_url
+from ..storage.location import Location, as_location, is_remote, zarr_url
 
 SLAB_BYTES = 64 * 2**20
 
@@ -37,14 +37,31 @@ def slabs(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> list[tu
     return out
 
 
-def write_b2nd(path: Path, shape: Sequence[int], dtype: np.dtype, read: Callable[[tuple[slice, ...]], np.ndarray],
+def write_b2nd(path: Location, shape: Sequence[int], dtype: np.dtype, read: Callable[[tuple[slice, ...]], np.ndarray],
                chunks: Sequence[int], blocks: Sequence[int], params: dict[str, Any],
                meta: dict[str, Any] | None = None) -> int:
     """Write ``path`` from ``read(slices)``; every slab is read back and compared (lossless check).
-    The file appears under its name only when complete. Returns the compressed size."""
+    The file appears under its name only when complete. Returns the compressed size. In a bucket,
+    the file is built in a local temporary folder (Blosc2 writes a frame in place) and sent as one
+    object (multipart when large), so a reader never sees half of it."""
+    if is_remote(path):
+        import tempfile
+
+        from ..storage.object_store import put_file
+
+        with tempfile.TemporaryDirectory(prefix="zarrmill-b2nd-") as tmpdir:
+            local = Path(tmpdir) / Path(str(path)).name
+            cbytes = _write_b2nd_file(local, shape, dtype, read, chunks, blocks, params, meta)
+            put_file(path, local)
+        return cbytes
+    return _write_b2nd_file(Path(path), shape, dtype, read, chunks, blocks, params, meta)
+
+
+def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
+                     read: Callable[[tuple[slice, ...]], np.ndarray], chunks: Sequence[int], blocks: Sequence[int],
+                     params: dict[str, Any], meta: dict[str, Any] | None) -> int:
     import blosc2
 
-    path = Path(path)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
     try:
         arr = blosc2.empty(tuple(shape), dtype=np.dtype(dtype), chunks=tuple(chunks), blocks=tuple(blocks),
@@ -69,10 +86,13 @@ class PatchArray:
     """Array-like for training workers: ``a[z0:z1, y0:y1, x0:x1]`` -> numpy, one thread per
     process (as nnU-Net's 12 data-loader processes need), memory-mapped ``.b2nd`` or a zarr array."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, path: str | Location):
+        self.path = as_location(path)
         self._slice_into: Callable[[np.ndarray, tuple[tuple[int, ...], tuple[int, ...]]], Any] | None = None
         if self.path.suffix == ".b2nd":
+            if is_remote(self.path):
+                raise InputError(f"{self.path}: a .b2nd file is memory-mapped from local disk; copy it there first "
+                                 "(a zarr set is read from a bucket as it is)")
             import blosc2
 
             blosc2.set_nthreads(1)

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from ..storage.location import as_location
-from ..storage.location import zarr_url
+from ..storage.location import as_location, is_remote, zarr_url
 
 PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
                 "dropped: cuboid crosses the image edge (edge: drop)")
@@ -162,6 +161,19 @@ def compressed_set_problems(root: Path, summary: dict[str, Any]) -> list[str]:
 
 
 def _case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
+    if fmt == "b2nd" and is_remote(path):  # memory-mapped from a local copy, as training workers read it
+        import tempfile
+
+        from ..storage.object_store import get_file
+
+        with tempfile.TemporaryDirectory(prefix="zarrmill-check-") as tmp:
+            local = Path(tmp) / path.name
+            get_file(path, local)
+            return [line.replace(str(local), str(path)) for line in _local_case_problems(local, case, fmt)]
+    return _local_case_problems(path, case, fmt)
+
+
+def _local_case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
     from .b2store import PatchArray
 
     try:
