@@ -24,7 +24,7 @@ def files_per_well(acq):
 def test_single_well_two_sites_multi_z():
     acq = parse(MULTIZ)
     assert files_per_well(acq) == {"B03": 4}
-    assert list(acq.wells().values()) == [[1, 2]]
+    assert list(acq.wells().values()) == [(1, 2)]
     assert sorted({p.x_um for p in acq.planes}) == [-1448.3, -1032.3]
     assert {p.y_um for p in acq.planes} == {-1517.7}
     assert acq.n_z == 2 and acq.z_step == 1.0

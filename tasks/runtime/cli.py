@@ -104,6 +104,7 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from ..io.storage.location import reset_clients
+    from .malloc import return_freed_memory
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, not only before the command
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("distributed", "dask_jobqueue", "tifffile"):  # their warnings repeat our one error line
             logging.getLogger(name).setLevel(logging.ERROR)
     reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
+    return_freed_memory()  # before any plane is read; dask and SLURM workers inherit it
     try:
         return COMMANDS[args.command](args)
     except ZarrmillError as err:

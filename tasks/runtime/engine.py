@@ -25,6 +25,7 @@ from ..io.storage.object_store import open_guard
 from .budget import refuse_oversized, resources_for, unit_memory
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import Ledger, ObjectLedger, StepRecord, diff_params, open_ledger, params_hash
+from .malloc import return_freed_memory
 from .locks import DatasetLock, Locked, ObjectLock, open_lock
 from .progress import Progress
 from .registry import get_task
@@ -71,6 +72,7 @@ def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
 
 def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     """What a worker runs: one unit. Errors come back as one line naming task, unit and region."""
+    return_freed_memory()  # a worker started without zarrmill's environment (once per process)
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import string
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a full plate has millions: no per-instance dict
 class Plane:
     row: int  # 1-based plate row
     col: int  # 1-based plate column
@@ -49,6 +50,7 @@ class Acquisition:
     source: str = ""
     well_names: str = "plate"  # "fractal": 1536-well plates named as Fractal names them (Ba/031)
     unlisted: list[str] = field(default_factory=list)  # instrument image files no record names
+    _summary: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def row_label(self, row: int) -> str:
         """The plate row's name in the output (NGFF row path)."""
@@ -62,13 +64,27 @@ class Acquisition:
             return f"{(col - 1) // 4 + 1:02d}{(col - 1) % 4 + 1}"
         return col_name(col, self.n_cols)
 
+    def _summarise(self) -> tuple[int, int, Mapping[tuple[int, int], tuple[int, ...]]]:
+        """n_t, n_z and the wells, walked once per planes list: a full plate has millions of planes
+        and every well asks (asking per well made planning quadratic in the plate's size)."""
+        key = (id(self.planes), len(self.planes))
+        if self._summary is None or self._summary[0] != key:
+            n_t = n_z = 0
+            wells: dict[tuple[int, int], set[int]] = defaultdict(set)
+            for p in self.planes:
+                n_t, n_z = max(n_t, p.t), max(n_z, p.z)
+                wells[(p.row, p.col)].add(p.field)
+            self._summary = (key, (n_t + 1, n_z + 1,
+                                   MappingProxyType({k: tuple(sorted(v)) for k, v in sorted(wells.items())})))
+        return self._summary[1]
+
     @property
     def n_t(self) -> int:
-        return max(p.t for p in self.planes) + 1
+        return self._summarise()[0]
 
     @property
     def n_z(self) -> int:
-        return max(p.z for p in self.planes) + 1
+        return self._summarise()[1]
 
     @property
     def n_c(self) -> int:
@@ -81,12 +97,9 @@ class Acquisition:
             out[(p.row, p.col, p.field)].append(p)
         return dict(out)
 
-    def wells(self) -> dict[tuple[int, int], list[int]]:
-        """(row, col) -> field indices."""
-        out: dict[tuple[int, int], set[int]] = defaultdict(set)
-        for p in self.planes:
-            out[(p.row, p.col)].add(p.field)
-        return {k: sorted(v) for k, v in sorted(out.items())}
+    def wells(self) -> Mapping[tuple[int, int], tuple[int, ...]]:
+        """(row, col) -> field indices (read-only: shared by every caller)."""
+        return self._summarise()[2]
 
 
 def row_name(row: int) -> str:

@@ -30,7 +30,7 @@ MAX_LISTED = 5
 PLATE_FORMATS = ((2, 3), (3, 4), (4, 6), (6, 8), (8, 12), (16, 24), (32, 48))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     """One image plane as an instrument's metadata lists it."""
     row: int  # 1-based

@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 from ...errors import InputError, InputNotFoundError
 from ..ngff.acquisition import Acquisition, Channel
@@ -167,9 +168,10 @@ def _rgb(color: str | None) -> str:
 
 
 def parse_mlf(path: Path) -> list[dict]:
-    root = _parse_xml(path)
+    """The image records, streamed: a 1536-well plate's mlf holds millions of records (hundreds of
+    MB), whose whole element tree would take several times the file's size in memory."""
     records = []
-    for el in root.findall(NS + "MeasurementRecord"):
+    for el in _root_children(path, NS + "MeasurementRecord"):
         if el.get(NS + "Type") != "IMG":
             continue  # ERR/other records carry no image
         records.append({
@@ -184,6 +186,20 @@ def parse_mlf(path: Path) -> list[dict]:
     if not records:
         raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
     return records
+
+
+def _root_children(path: Path, tag: str) -> Iterator[ET.Element]:
+    """The root element's children named ``tag``, one at a time, each cleared once used."""
+    depth = 0
+    try:
+        for event, el in ET.iterparse(path, events=("start", "end")):
+            depth += 1 if event == "start" else -1
+            if event == "end" and depth == 1:
+                if el.tag == tag:
+                    yield el
+                el.clear()
+    except ET.ParseError as err:
+        raise InputError(f"{path}: not valid XML ({err})") from err
 
 
 def target_system(mrf: Path) -> str:

@@ -1,0 +1,52 @@
+"""Give freed buffers back to the system at once (glibc), so memory follows the units running now.
+
+glibc serves a large allocation (a plane, a chunk, a well volume) from a mapping of its own and
+unmaps it on free, but each such free also raises its threshold for doing so, up to 32 MiB; from
+then on buffers of a few MiB come from the heap, where freed ones stay resident until the heap's
+top is free, which other live objects prevent. A converter that reads and writes thousands of
+planes so creeps upward: on a 48-well plate ``ingest layout: well`` peaked at 1098 MB, with a fixed
+threshold at 648 MB, in the same time (README, Performance). Fixing the thresholds turns that
+adjustment off, so a worker's memory is what its units declare (runtime/budget.py) and not
+what the allocator happened to keep. The price is a fresh mapping, page faults included, for every
+buffer of 1 MiB or more: a single 512 MB volume with its pyramid takes 5.2 s instead of 3.4 s
+(457 instead of 725 MB); ``MALLOC_MMAP_THRESHOLD_=16777216`` in the environment chooses speed. Worker processes (dask's, SLURM jobs) inherit the environment variables and apply
+them when they start; this process applies them through ``mallopt``."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": 1 << 20,  # 1 MiB and larger: mapped, unmapped on free
+            "MALLOC_TRIM_THRESHOLD_": 1 << 16}  # heap tops above 64 KiB go back (dask's nanny uses the same)
+_applied = False
+
+
+def return_freed_memory() -> None:
+    """Fix glibc's thresholds in this process and its future children; a user's own values for the
+    two variables win. Elsewhere than glibc (macOS, musl) nothing to do."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    for name, value in DEFAULTS.items():
+        os.environ.setdefault(name, str(value))
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"), (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):
+        try:
+            value = int(os.environ[name])
+        except ValueError:
+            log.warning("%s=%r is not a number of bytes; glibc's default stays", name, os.environ[name])
+            continue
+        mallopt(param, value)
