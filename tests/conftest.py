@@ -36,6 +36,16 @@ def bookkeeping(store: Path) -> Path:
     return bookkeeping_dir(store)
 
 
+def done_units(store, step: str) -> int:
+    """Units of ``step`` the ledger beside ``store`` records as done (0 before any record)."""
+    from zarrmill.runtime.ledger import Ledger
+
+    try:
+        return len(Ledger(store, step).done_ids())
+    except OSError:
+        return 0
+
+
 def forget_ownership(store: Path) -> None:
     """Make a zarrmill output look like another tool's: its bookkeeping beside it is gone."""
     shutil.rmtree(bookkeeping(store))

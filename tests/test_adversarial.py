@@ -20,7 +20,7 @@ import pytest
 import tifffile
 import zarr
 from adversarial_world import build_world, changes, copy_world, set_json, snapshot
-from conftest import bookkeeping, forget_ownership, zarrmill_subprocess
+from conftest import bookkeeping, done_units, forget_ownership, zarrmill_subprocess
 
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.check import check_output
@@ -347,11 +347,10 @@ def test_a_killed_run_leaves_a_store_check_refuses_and_a_rerun_finishes(world):
            "--set", "chunks=[1,8,32,32]", "--set", "unit_mb=0.02"]
     proc = subprocess.Popen([sys.executable, "-m", "zarrmill", "task", "generate", "--executor", "sync", *big],
                             cwd=world / "cwd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done_log = bookkeeping(world / "cwd" / "big.zarr") / "steps" / "generate" / "done.log"
     deadline = time.monotonic() + 30
-    while not (done_log.exists() and done_log.stat().st_size > 0) and time.monotonic() < deadline:
+    while not done_units(world / "cwd" / "big.zarr", "generate") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert done_log.exists() and done_log.stat().st_size > 0, "the run recorded no unit before the kill"
+    assert done_units(world / "cwd" / "big.zarr", "generate"), "the run recorded no unit before the kill"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     check = zarrmill_subprocess("check", "big.zarr", cwd=world / "cwd")

@@ -9,10 +9,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zarr
 from adversarial_world import changes, snapshot
 from conftest import bookkeeping
 from helpers import run_task
+
+from zarrmill.errors import UnsafeOutputError
+from zarrmill.io.storage.guard import OutputGuard
 
 GEN = ("shape=[8,32,32]", "n_blobs=5")
 
@@ -64,18 +68,16 @@ def test_a_marker_left_by_a_deleted_store_never_makes_a_new_folder_zarrmills(cli
     assert changes(before, snapshot(tmp_path)) == []
 
 
-def test_a_reused_inode_is_not_enough_once_the_store_was_finished(cli, tmp_path):
-    """Even if the new folder got the deleted store's inode (file systems reuse them), the marker
-    was sealed: the store must name it in its provenance, and another tool's store does not."""
+def test_a_finished_store_is_known_by_its_provenance_and_holds_no_claim(cli, tmp_path):
+    """Once its step finished, the store names its marker's id in its provenance and its claim file
+    is gone; a foreign store moved to that path carries neither, marker or not."""
     out = tmp_path / "img.zarr"
     assert generate(cli, out)[0] == 0
+    ident = json.loads((bookkeeping(out) / "owner.json").read_text())["id"]
+    assert json.loads((out / "zarr.json").read_text())["attributes"]["zarrmill"]["provenance"]["owner"] == ident
+    assert not (out / ".zarrmill-claim").exists()
     shutil.rmtree(out)
     foreign_store(out)
-    owner = bookkeeping(out) / "owner.json"
-    doc = json.loads(owner.read_text())
-    assert doc["sealed"] is True
-    st = out.stat()
-    owner.write_text(json.dumps({**doc, "folder": [st.st_dev, st.st_ino]}))  # as if the inode was reused
     before = snapshot(tmp_path)
     code, _, err = cli("task", "generate", "--executor", "sync", "--overwrite", "--set", f"output={out}",
                        *[a for s in GEN for a in ("--set", s)])
@@ -96,19 +98,40 @@ def test_a_copy_of_a_zarrmill_store_is_not_owned_where_it_was_copied(cli, tmp_pa
     assert changes(before, snapshot(tmp_path)) == []
 
 
-def test_before_its_first_step_finished_a_store_is_known_by_its_folder(cli, tmp_path):
-    """Killed before sealing (no provenance yet), the marker still names the folder by device and
-    inode: another folder moved to that path is not zarrmill's."""
+def test_before_its_first_step_finished_a_store_is_known_by_its_claim(tmp_path):
+    """Claimed but not finished (a kill before provenance), the store carries its marker's id in its
+    claim file: it is zarrmill's through any path that reaches it (a symlink here; another mount in
+    test_shared_storage.py), whatever device numbers say, and another folder moved there is not."""
     out = tmp_path / "img.zarr"
-    assert generate(cli, out)[0] == 0
+    guard = OutputGuard(out)
+    guard.claim("generate")
+    guard.commit()
+    (out / "data.bin").write_bytes(b"written by the step")
     owner = bookkeeping(out) / "owner.json"
-    owner.write_text(json.dumps({**json.loads(owner.read_text()), "sealed": False}))  # as if killed before
+    doc = json.loads(owner.read_text())
+    owner.write_text(json.dumps({**doc, "folder": [1, 2]}))  # what an older marker held: never judged
+    assert OutputGuard(out).owned()
+    (tmp_path / "via").symlink_to(tmp_path)
+    assert OutputGuard(tmp_path / "via" / "img.zarr").owned()
     other = tmp_path / "other.zarr"
-    foreign_store(other)  # made while the store still exists: its inode is another one
+    foreign_store(other)
     shutil.rmtree(out)
     other.rename(out)
+    assert not OutputGuard(out).owned()
     before = snapshot(tmp_path)
-    code, _, err = cli("task", "generate", "--executor", "sync", "--overwrite", "--set", f"output={out}",
-                       *[a for s in (*GEN, "seed=2") for a in ("--set", s)])
-    assert code == 2 and "not created by zarrmill" in err, err
+    with pytest.raises(UnsafeOutputError, match="not created by zarrmill"):
+        OutputGuard(out).check()
     assert changes(before, snapshot(tmp_path)) == []
+
+
+def test_a_claim_without_its_marker_proves_nothing_and_a_marker_without_a_claim_neither(tmp_path):
+    out = tmp_path / "img.zarr"
+    guard = OutputGuard(out)
+    guard.claim("generate")
+    (out / "data.bin").write_bytes(b"x")
+    claim = (out / ".zarrmill-claim").read_bytes()
+    (out / ".zarrmill-claim").unlink()
+    assert not OutputGuard(out).owned()  # the marker alone
+    (out / ".zarrmill-claim").write_bytes(claim)
+    shutil.rmtree(bookkeeping(out))
+    assert not OutputGuard(out).owned()  # the claim alone

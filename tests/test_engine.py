@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import bookkeeping, tree_digest, zarrmill_subprocess
+from conftest import bookkeeping, done_units, tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 
 
 def done_count(root: Path, step: str) -> int:
-    log = bookkeeping(root) / "steps" / step / "done.log"
-    return log.read_bytes().count(b"\n") if log.exists() else 0
+    return done_units(root, step)
 
 
 def test_sigkill_mid_step_then_rerun_resumes_with_identical_bytes(tmp_path):
@@ -58,8 +57,9 @@ def test_resuming_an_interrupted_step_removes_temp_files_a_kill_left(cli, tmp_pa
     rec = json.loads((step / "step.json").read_text())
     rec["state"] = "running"  # as a kill leaves it
     (step / "step.json").write_text(json.dumps(rec))
-    lines = (step / "done.log").read_text().splitlines()
-    (step / "done.log").write_text("\n".join(lines[:-1]) + "\n")  # the last unit was not recorded
+    records = sorted((step / "done").iterdir())
+    lines = records[-1].read_text().splitlines()
+    records[-1].write_text("\n".join(lines[:-1]) + "\n")  # the last unit was not recorded
     chunk = next(p for p in (tmp_path / "out" / "img.zarr" / "0" / "c").rglob("*") if p.is_file())
     stray = chunk.with_name(chunk.name + ".0123abcd.partial")
     stray.write_bytes(b"half a chunk")

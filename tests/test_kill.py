@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import bookkeeping, tree_digest
+from conftest import bookkeeping, done_units, tree_digest
 
 from zarrmill.runtime.provenance import read_provenance
 
@@ -45,11 +45,7 @@ def _progress(out: Path, step: str, store: str) -> tuple[str | None, int]:
         state = json.loads((folder / "step.json").read_text()).get("state")
     except (OSError, ValueError):
         return None, 0
-    try:
-        done = (folder / "done.log").read_bytes().count(b"\n")
-    except OSError:
-        done = 0
-    return state, done
+    return state, done_units(out / store, step)
 
 
 def _reached(out: Path, step: str, store: str, where, n_units: int) -> bool:

@@ -11,8 +11,9 @@ def test_done_ids_survive_reopen_and_ignore_torn_line(tmp_path: Path):
     led = Ledger(tmp_path, "step one")
     led.mark_done(["a", "b"])
     led.close()
-    with open(led.dir / "done.log", "ab") as fh:
-        fh.write(b"c-partial")  # a crash mid-line
+    record = next((led.dir / "done").iterdir())
+    with open(record, "ab") as fh:
+        fh.write(b"c-partial")  # a crash mid-line (a file system without atomic creation)
     assert Ledger(tmp_path, "step one").done_ids() == {"a", "b"}
     assert led.dir.name == "step_one"
 

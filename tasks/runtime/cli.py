@@ -136,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:  # the file system said no (a path too long, a loop, a folder it cannot create)
             print(f"zarrmill: error: {reason}", file=sys.stderr)
             return 2
+        from ..io.storage.secrets import redact
+
         log = _save_traceback(err)
-        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
+        print(f"zarrmill: error: unexpected {type(err).__name__}: {redact(str(err))} (traceback: {log or 'rerun with --debug'}; "
               "please report it)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -170,13 +172,14 @@ def _save_traceback(err: BaseException) -> str:
     """A bug's traceback goes to a file under the runs folder, not the terminal; returns its path."""
     import traceback
 
+    from ..io.storage.secrets import redact
     from .rundirs import runs_root
 
     try:
         folder = runs_root() / "crashes"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-        path.write_text(f"zarrmill {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(err)))
+        path.write_text(redact(f"zarrmill {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(err))))
         return str(path)
     except OSError:
         return ""

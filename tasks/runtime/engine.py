@@ -21,12 +21,12 @@ from ..errors import OutputExistsError, OutputLockedError, StepFailedError, Unit
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.storage.guard import OutputGuard
 from ..io.storage.location import is_remote
-from ..io.storage.object_store import open_guard
+from ..io.storage.object_guard import open_guard
 from .budget import refuse_oversized, resources_for, unit_memory
 from .contract import PlanContext, Task, TaskParams, Unit
-from .ledger import Ledger, ObjectLedger, StepRecord, diff_params, open_ledger, params_hash
+from .ledger import Ledger, StepRecord, diff_params, open_ledger, params_hash
 from .malloc import return_freed_memory
-from .locks import DatasetLock, Locked, ObjectLock, open_lock
+from .locks import Lease, Locked, open_lock
 from .progress import Progress
 from .registry import get_task
 
@@ -96,7 +96,7 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
     try:
-        return _run_locked(step, task, params, get_client, opts, guard, rec, t0)
+        return _run_locked(step, task, params, get_client, opts, guard, lock, rec, t0)
     except BaseException as err:
         if _unnamed_os_error(err):  # a full disk, said by a write that names no file
             err.filename = str(guard.root)
@@ -151,7 +151,7 @@ def _unnamed_os_error(err: BaseException) -> bool:
             and err.filename is None)
 
 
-def _lock_output(step: str, guard: OutputGuard) -> DatasetLock | ObjectLock:
+def _lock_output(step: str, guard: OutputGuard) -> Lease:
     """One run at a time per output: the owner marker, then the lock beside it."""
     guard.claim(step)
     lock = open_lock(guard.lock_path)
@@ -165,7 +165,7 @@ def _lock_output(step: str, guard: OutputGuard) -> DatasetLock | ObjectLock:
 
 
 def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any], opts: StepOptions,
-                guard: OutputGuard, rec: StepRecord, t0: float) -> StepReport:
+                guard: OutputGuard, lock: Lease, rec: StepRecord, t0: float) -> StepReport:
     root = guard.root
     ledger = open_ledger(root, step)
     opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"
@@ -188,6 +188,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         _remove_partial_files(root)
         _remove_partial_files(guard.bookkeeping)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
+    lock.check()
     units = task.plan(params, ctx)  # a failure here is rolled back by run_step
     _check_unique_ids(task.name, units)
     opts._budget = opts.unit_budget() if opts.unit_budget else None
@@ -212,6 +213,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         runner = _run_inline if client is None else _run_on_client
         for stage in _stages(todo):
             for unit, nbytes, error in runner(task, params, stage, client, opts):
+                lock.check()  # taken over by another run: stop before recording or writing more
                 if error is None:
                     ledger.mark_done([unit["id"]])
                     report.ran += 1
@@ -230,6 +232,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         why = opts.explain_lost_workers() if opts.explain_lost_workers and _lost_workers(report) else ""
         raise StepFailedError(_failure_summary(step, report) + (f"; {why}" if why else "")
                               + f"; full log: {opts.error_log}")
+    lock.check()
     if task.finish is not None:
         task.finish(params, ctx)
     if opts.provenance is not None:
@@ -241,7 +244,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     return report
 
 
-def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger | ObjectLedger, old: StepRecord | None, rec: StepRecord,
+def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecord | None, rec: StepRecord,
                     opts: StepOptions) -> bool:
     """Decide between resuming and starting over; empty the step's own earlier output where that
     is allowed. Returns ``resume``: existing arrays of this step's parameters may be reused."""
@@ -333,18 +336,30 @@ def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any
     # current for as_completed only: the client is never dask's global default (executors.py)
     with client.as_current():
         ac = as_completed(submit(limit), with_results=True, raise_errors=False)
-        for batch in ac.batches():
-            for fut, result in batch:
-                unit = by_key.pop(fut.key)
-                # a unit returns its byte count: one that arrived is good even if its worker died
-                # since (status "lost"); a failure arrives as an exception or an exc_info tuple
-                if isinstance(result, int) and not isinstance(result, bool):
-                    yield unit, result, None
-                else:
-                    exc = _exception_of(result)
-                    _log_failure(opts, unit, exc)
-                    yield unit, 0, _describe_future_error(task, unit, exc)
-            ac.update(submit(len(batch)))
+        try:
+            yield from _results(task, ac, by_key, submit, opts)
+        finally:  # the step stopped early (a lost lock, an interrupt): units not yet run never start
+            if by_key:
+                try:
+                    client.cancel(list(ac.futures))
+                except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to cancel
+                    pass
+
+
+def _results(task: Task, ac: Any, by_key: dict[str, Unit], submit: Callable[[int], list[Any]], opts: StepOptions
+             ) -> Iterator[tuple[Unit, int, str | None]]:
+    for batch in ac.batches():
+        for fut, result in batch:
+            unit = by_key.pop(fut.key)
+            # a unit returns its byte count: one that arrived is good even if its worker died
+            # since (status "lost"); a failure arrives as an exception or an exc_info tuple
+            if isinstance(result, int) and not isinstance(result, bool):
+                yield unit, result, None
+            else:
+                exc = _exception_of(result)
+                _log_failure(opts, unit, exc)
+                yield unit, 0, _describe_future_error(task, unit, exc)
+        ac.update(submit(len(batch)))
 
 
 def _stages(units: list[Unit]) -> list[list[Unit]]:

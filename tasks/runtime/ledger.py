@@ -1,31 +1,32 @@
-"""The ledger: which units of a step are done, stored with the output.
+"""The ledger: which units of a step are done, kept beside the output, one algorithm over the
+storage backend (io/storage/backend.py) for a folder and a bucket prefix alike.
 
-Layout: ``<parent>/.<store>.zarrmill/steps/<step>/step.json`` (beside the store, see the output
-guard's ``bookkeeping_dir``) (task, parameters and their hash, unit count,
-state) and ``done.log`` (one unit id per line, appended by the driver after a unit's writes
-finished). A crash can lose the last few lines; those units are simply redone (units are idempotent).
-A torn last line is ignored.
+Layout: ``<parent>/.<store>.zarrmill/steps/<step>/`` (beside the store, see paths.bookkeeping_dir):
+``step.json`` (task, parameters and their hash, unit count, state, input fingerprint), replaced
+whole, and ``done/<seq>-<token>``, one record per flush, created exclusively with the ids of the
+units whose writes finished (no appends: object stores have none, and a record is whole or absent).
+A kill loses at most the units since the last flush; those are simply redone (units are
+idempotent). A torn last line (a record on a file system without atomic creation) is ignored.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
-from ..io.storage.atomic import atomic_write_json, canonical_json, read_json
 from ..errors import InputError
-from ..io.storage.guard import bookkeeping_dir, remove_bookkeeping
-from ..io.storage.location import Location, as_location, is_remote
-from ..io.storage.object_store import bookkeeping_prefix, delete_keys, get, keys_under, put
+from ..io.storage.atomic import canonical_json
+from ..io.storage.backend import backend_for
+from ..io.storage.location import is_remote
+from ..io.storage.object_guard import bookkeeping_prefix
+from ..io.storage.paths import bookkeeping_dir
 
 FLUSH_EVERY_S = 1.0
-OBJECT_FLUSH_EVERY_S = 2.0  # a PUT per flush in a bucket: fewer than on disk, where a flush is a buffered write
+OBJECT_FLUSH_EVERY_S = 2.0  # a PUT per flush in a bucket: fewer than on disk
 
 
 def params_hash(task: str, version: int, params: dict[str, Any]) -> str:
@@ -52,19 +53,27 @@ class StepRecord:
 
 
 class Ledger:
-    def __init__(self, root: Path, step: str):
-        self.root = Path(root)
+    def __init__(self, root: Any, step: str):
+        self.root = root
         self.step = step
-        self.dir = bookkeeping_dir(self.root) / "steps" / safe_step_name(step)
-        self._log = None
+        self.dir = _bookkeeping(root) / "steps" / safe_step_name(step)
+        self.backend = backend_for(self.dir)
+        self._pending: list[str] = []
+        self._token = uuid.uuid4().hex[:12]
+        self._seq = 0
         self._last_flush = 0.0
+        self._every = OBJECT_FLUSH_EVERY_S if is_remote(root) else FLUSH_EVERY_S
 
     # -- step record -------------------------------------------------------------------------
     def record(self) -> StepRecord | None:
-        path = self.dir / "step.json"
-        if not path.exists():
+        data = self.backend.read("step.json")
+        if data is None:
             return None
-        doc = read_json(path)
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise InputError(f"{self.dir / 'step.json'}: not valid JSON; the ledger record is damaged (remove the "
+                             f"folder {self.dir} to start the step over)") from None
         known = {k: v for k, v in doc.items() if k in StepRecord.__dataclass_fields__} if isinstance(doc, dict) else {}
         try:
             return StepRecord(**known)
@@ -73,121 +82,52 @@ class Ledger:
 
     def write_record(self, rec: StepRecord) -> None:
         rec.updated = round(time.time(), 3)
-        atomic_write_json(self.dir / "step.json", rec.to_json())
+        self.backend.replace("step.json", canonical_json(rec.to_json()).encode())
 
     def reset(self) -> None:
-        if self.dir.exists():
-            remove_bookkeeping(self.dir)
+        self.backend.delete(self.backend.keys())
 
     def clear_done(self) -> None:
         """Forget which units are done (the step is redone over existing output)."""
-        remove_bookkeeping(self.dir / "done.log")
+        self.backend.delete(self.backend.keys("done"))
 
     # -- done units --------------------------------------------------------------------------
     def done_ids(self) -> set[str]:
-        path = self.dir / "done.log"
-        if not path.exists():
-            return set()
-        with open(path, "rb") as fh:
-            data = fh.read()
-        lines = data.split(b"\n")
-        if not data.endswith(b"\n"):
-            lines = lines[:-1]  # torn last line from a crash
-        return {line.decode() for line in lines if line}
-
-    def mark_done(self, unit_ids: Iterable[str]) -> None:
-        if self._log is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.dir / "done.log", "ab")
-        self._log.write("".join(f"{uid}\n" for uid in unit_ids).encode())
-        now = time.monotonic()
-        if now - self._last_flush >= FLUSH_EVERY_S:
-            self.flush()
-            self._last_flush = now
-
-    def flush(self) -> None:
-        # to the OS only: a killed process loses nothing; an fsync here also forced the units'
-        # freshly written chunks to disk (ext4 commits them with the journal), 0.1-0.5 s a time
-        if self._log is not None:
-            self._log.flush()
-
-    def close(self) -> None:
-        if self._log is not None:
-            self.flush()
-            os.fsync(self._log.fileno())  # once per step: the record survives a node crash
-            self._log.close()
-            self._log = None
-
-
-class ObjectLedger:
-    """The ledger of a store in a bucket (io/storage/object_store.py): step.json is one object, done
-    units are flushed as new create-only objects ``done/<seq>-<token>`` (no appends); a kill loses
-    at most the units since the last flush, which are redone."""
-
-    def __init__(self, root: Location, step: str):
-        self.root = as_location(str(root))
-        self.step = step
-        self.dir = bookkeeping_prefix(self.root) / "steps" / safe_step_name(step)
-        self._pending: list[str] = []
-        self._token = uuid.uuid4().hex[:12]
-        self._seq = 0
-        self._last_flush = 0.0
-
-    def record(self):
-        data = get(self.dir / "step.json")
-        if data is None:
-            return None
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            raise InputError(f"{self.dir / 'step.json'}: not valid JSON; the ledger object is damaged") from None
-        known = {k: v for k, v in doc.items() if k in StepRecord.__dataclass_fields__} if isinstance(doc, dict) else {}
-        try:
-            return StepRecord(**known)
-        except TypeError:
-            return None
-
-    def write_record(self, rec) -> None:
-        rec.updated = round(time.time(), 3)
-        put(self.dir / "step.json", (json.dumps(rec.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode())
-
-    def reset(self) -> None:
-        delete_keys(self.root, keys_under(self.dir))
-
-    def clear_done(self) -> None:
-        delete_keys(self.root, keys_under(self.dir / "done"))
-
-    def done_ids(self) -> set[str]:
         out: set[str] = set()
-        for key in keys_under(self.dir / "done"):
-            data = get(as_location("s3://" + key)) or b""
-            out.update(line for line in data.decode().split("\n") if line)
+        for key in self.backend.keys("done"):
+            data = self.backend.read(key) or b""
+            lines = data.split(b"\n")
+            if not data.endswith(b"\n"):
+                lines = lines[:-1]  # torn last line
+            out.update(line.decode() for line in lines if line)
         return out
 
     def mark_done(self, unit_ids: Iterable[str]) -> None:
         self._pending.extend(unit_ids)
         now = time.monotonic()
-        if now - self._last_flush >= OBJECT_FLUSH_EVERY_S:
+        if now - self._last_flush >= self._every:
             self.flush()
             self._last_flush = now
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = False) -> None:
         if not self._pending:
             return
         self._seq += 1
-        put(self.dir / "done" / f"{self._seq:08d}-{self._token}", "".join(f"{u}\n" for u in self._pending).encode(),
-            create_only=True)
+        self.backend.create(f"done/{self._seq:08d}-{self._token}", "".join(f"{u}\n" for u in self._pending).encode(),
+                            durable=durable)
         self._pending.clear()
 
     def close(self) -> None:
-        self.flush()
+        self.flush(durable=True)  # once per step: the last records survive a node crash
 
 
+def _bookkeeping(root: Any) -> Any:
+    return bookkeeping_prefix(root) if is_remote(root) else bookkeeping_dir(root)
 
 
-def open_ledger(root, step: str) -> "Ledger | ObjectLedger":
+def open_ledger(root: Any, step: str) -> Ledger:
     """The ledger of ``step`` in ``root``, on disk or in a bucket."""
-    return ObjectLedger(root, step) if is_remote(root) else Ledger(root, step)
+    return Ledger(root, step)
 
 
 def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -204,12 +144,7 @@ def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
     if str(root).startswith(("http://", "https://")):
         return []  # a read-only web store keeps no ledger
-    if is_remote(root):
-        base = bookkeeping_prefix(root) / "steps"
-        names = sorted({k[len(str(base)) - len("s3://"):].strip("/").split("/", 1)[0] for k in keys_under(base)})
-    else:
-        base = bookkeeping_dir(root) / "steps"
-        names = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    names = sorted({key.split("/", 1)[0] for key in backend_for(_bookkeeping(root) / "steps").keys() if "/" in key})
     out = []
     for name in names:
         led = open_ledger(root, name)

@@ -1,15 +1,21 @@
 """Locks for runs that may overlap (cron fired twice, a slow run still going, two sbatch jobs on
-different nodes): per dataset in scheduled runs, per output store in every run.
+different nodes): per dataset in scheduled runs, per output store in every run. One algorithm over
+the storage backend (io/storage/backend.py), for a folder (local, NFS, Lustre, FAT, FUSE) and a
+bucket prefix alike.
 
-A lock is a file hard-linked into place, create-only, holder already written (atomic on local file systems and NFS),
-holding host, pid and a token; its holder refreshes the file's mtime as a heartbeat (a lease). A
-lock whose holder is dead (same host, pid gone) or whose heartbeat is older than ``stale_after`` may
-be taken over. Taking over is serialised by a second exclusive file, ``<lock>.takeover``: only its
-holder may judge the lock stale again, remove it and create its own, so two takers can never both
-win, and a fresh lock created meanwhile by a plain acquirer is never removed (it is not stale). A
-taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more.
-Locks live in zarrmill's bookkeeping folders (a store's ``.<name>.zarrmill`` beside it, a state folder) and are
-removed only through the output guard's ``remove_bookkeeping``."""
+A lock is a key created exclusively with its whole content: holder host, pid, a token and the time
+of its last heartbeat. The holder rewrites it every ``heartbeat`` seconds, only if it is still the
+version it wrote last (a lease). A lock whose holder is dead (same host, pid gone) or whose
+heartbeat is older than ``stale_after`` may be taken over. Taking over is serialised by a second
+exclusive key, ``<lock>.takeover``: only its holder may judge the lock stale again, remove it and
+create its own, so two takers can never both win, and a fresh lock created meanwhile by a plain
+acquirer is never removed (it is not stale). A taker that dies holding ``.takeover`` blocks
+takeovers for ``takeover_stale`` seconds, no more.
+
+The heartbeat rides out transient storage errors (it retries at the next beat); it stops for good
+only when the lock names another holder, and then :meth:`Lease.lost` is true: the engine checks it
+between units and stops the step with one line before it writes anything more. Heartbeats come from
+each host's clock: hosts whose clocks differ by more than ``stale_after`` misjudge them."""
 from __future__ import annotations
 
 import json
@@ -20,120 +26,152 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from ..io.storage.guard import remove_bookkeeping
-from ..io.storage.location import Location, as_location, is_remote
-from ..io.storage.object_store import delete_keys, get, json_bytes, key_of, put
+from ..errors import StepFailedError
+from ..io.storage.backend import Backend, DiskBackend, backend_for
+from ..io.storage.location import as_location
 
 log = logging.getLogger("zarrmill.locks")
-UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock file is given before it counts as stale
+UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock is given before it counts as stale
 
 
 class Locked(Exception):
     """Another live run holds the lock."""
 
 
-class DatasetLock:
-    def __init__(self, path: Path, stale_after: float = 120.0, heartbeat: float = 10.0,
+class LeaseLost(StepFailedError):
+    """Another run took this run's lock over (its heartbeat was missed): this run stops writing."""
+
+
+class Lease:
+    def __init__(self, backend: Backend, name: str, stale_after: float = 120.0, heartbeat: float = 10.0,
                  takeover_stale: float = 30.0):
-        self.path = Path(path)
-        self.takeover_path = self.path.with_name(self.path.name + ".takeover")
-        self.stale_after = stale_after
-        self.heartbeat = heartbeat
-        self.takeover_stale = takeover_stale
+        self.backend, self.name, self.takeover_name = backend, name, name + ".takeover"
+        self.stale_after, self.heartbeat, self.takeover_stale = stale_after, heartbeat, takeover_stale
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
+        self._lost = threading.Event()
         self._thread: threading.Thread | None = None
+        self._version: str | None = None  # of the lock as this holder last wrote it
 
-    def _create(self, path: Path) -> bool:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # the holder is written first, then hard-linked into place (create-only, atomic on local
-        # file systems and NFS): a kill can never leave a lock file without its holder, which no
-        # rerun could take over before the lease went stale (tests/test_kill.py found one)
-        tmp = path.with_name(f"{path.name}.{self.token}.{os.getpid()}.partial")
-        with open(tmp, "w") as fh:
-            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
-                       "since": time.time()}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        return True
+    @property
+    def where(self) -> str:
+        return f"{self.backend.root}/{self.name}"
+
+    def _doc(self) -> bytes:
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
+                           "beat": time.time()}).encode()
+
+    def _create(self, name: str) -> bool:
+        return self.backend.create(name, self._doc())
 
     def holder(self) -> dict | None:
         try:
-            info = json.loads(self.path.read_text())
-            info["heartbeat"] = self.path.stat().st_mtime
-        except (OSError, ValueError, TypeError):
+            info = json.loads(self.backend.read(self.name) or b"")
+        except ValueError:
             return None
         return info if isinstance(info, dict) else None
 
     def is_stale(self, info: dict | None) -> bool:
-        if info is None:
-            # unreadable: a holder is writing it this instant (microseconds), or died while writing it
-            try:
-                return time.time() - self.path.stat().st_mtime > min(self.stale_after, UNREADABLE_GRACE)
-            except OSError:
-                return True
+        version = self.backend.stat(self.name)
+        if version is None:
+            return True
+        if info is None:  # empty or torn: a holder writing it this instant, or one that died while writing
+            return version.age > min(self.stale_after, UNREADABLE_GRACE)
         if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
             return True
-        return time.time() - info["heartbeat"] > self.stale_after
+        beat = info.get("beat")
+        age = time.time() - float(beat) if isinstance(beat, (int, float)) else version.age
+        return age > self.stale_after
 
     def acquire(self) -> None:
-        if self._create(self.path):
+        if self._create(self.name):
             return self._start_heartbeat()
         info = self.holder()
         if not self.is_stale(info):
-            raise Locked(f"{self.path.name} held by {(info or {}).get('host')}:{(info or {}).get('pid')}")
-        if not self._create(self.takeover_path):
+            raise Locked(f"{self.name} held by {(info or {}).get('host')}:{(info or {}).get('pid')}")
+        if not self._create(self.takeover_name):
             self._clear_dead_takeover()
-            raise Locked(f"{self.path.name} is being taken over by another run")
+            raise Locked(f"{self.name} is being taken over by another run")
         try:
             info = self.holder()  # judged again, now that no one else can take it over
-            if self.path.exists() and self.is_stale(info):
-                print(f"taking over stale lock {self.path.name} (holder {(info or {}).get('host')}:"
+            if self.backend.stat(self.name) is not None and self.is_stale(info):
+                print(f"taking over stale lock {self.name} (holder {(info or {}).get('host')}:"
                       f"{(info or {}).get('pid')} is gone)", flush=True)
-                log.warning("taking over stale lock %s", self.path)
-                remove_bookkeeping(self.path)
-            if not self._create(self.path):
-                raise Locked(f"{self.path.name} was taken by another run")
+                log.warning("taking over stale lock %s", self.where)
+                self.backend.delete([self.name])
+            if not self._create(self.name):
+                raise Locked(f"{self.name} was taken by another run")
         finally:
-            remove_bookkeeping(self.takeover_path)
+            self.backend.delete([self.takeover_name])
         self._start_heartbeat()
 
     def _clear_dead_takeover(self) -> None:
-        try:
-            if time.time() - self.takeover_path.stat().st_mtime > self.takeover_stale:
-                remove_bookkeeping(self.takeover_path)
-        except OSError:
-            pass
+        version = self.backend.stat(self.takeover_name)
+        if version is not None and version.age > self.takeover_stale:
+            self.backend.delete([self.takeover_name])
 
     def _start_heartbeat(self) -> None:
-        def beat() -> None:
-            while not self._stop.wait(self.heartbeat):
-                try:
-                    os.utime(self.path)
-                except OSError:
-                    return
-        self._thread = threading.Thread(target=beat, daemon=True)
+        version = self.backend.stat(self.name)
+        self._version = version.token if version else None
+        self._thread = threading.Thread(target=self._beat_until_stopped, daemon=True)
         self._thread.start()
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            try:
+                self.beat()
+            except Exception as err:  # noqa: BLE001 - a storage hiccup: the next beat tries again
+                log.debug("heartbeat of %s failed (%s: %s); retrying", self.where, type(err).__name__, err)
+            if self._lost.is_set():
+                return
+
+    def beat(self) -> None:
+        """Rewrite the lock with a fresh heartbeat if it is still this holder's; note a takeover."""
+        held = self.holder()
+        if held is None or held.get("token") != self.token:
+            if held is not None or self.backend.stat(self.name) is None:
+                self._lost.set()  # another run's lock, or none at all: this run no longer holds it
+            return
+        if self._version is not None and self.backend.replace(self.name, self._doc(), if_version=self._version):
+            version = self.backend.stat(self.name)
+            self._version = version.token if version else None
+        else:  # changed since our last write (another holder's write raced ours): judged at the next beat
+            version = self.backend.stat(self.name)
+            self._version = version.token if version else None
+
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def check(self) -> None:
+        """Raise LeaseLost when another run took this lock over."""
+        if self._lost.is_set():
+            raise LeaseLost(f"{self.where}: another run took this run's lock over (its heartbeat was missed for "
+                            f"{self.stale_after:.0f} s); this run stopped before writing more. Let that run finish, "
+                            "then rerun to check the output")
 
     def release(self) -> None:
         self._stop.set()
         info = self.holder()
         if info and info.get("token") == self.token:
-            remove_bookkeeping(self.path)
+            self.backend.delete([self.name])
 
-    def __enter__(self) -> "DatasetLock":
+    def __enter__(self) -> "Lease":
         self.acquire()
         return self
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class DatasetLock(Lease):
+    """A lock file in a local (or network) bookkeeping folder: ``DatasetLock(folder / "x.lock")``."""
+
+    def __init__(self, path: str | os.PathLike[str], **kw: Any):
+        self.path = Path(path)
+        self.takeover_path = self.path.with_name(self.path.name + ".takeover")
+        super().__init__(DiskBackend(self.path.parent), self.path.name, **kw)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -148,97 +186,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class ObjectLock:
-    """The run lock of a store in a bucket (io/storage/object_store.py): a create-only object holding
-    its holder and a heartbeat time the holder rewrites with ``If-Match`` on the object's ETag (an
-    object store has no mtime to touch); stale by the heartbeat's age or a dead holder on this
-    host, taken over through a create-only ``lock.takeover`` object, as on disk. Heartbeats come
-    from each host's clock: hosts whose clocks differ by more than ``stale_after`` misjudge them."""
-
-    def __init__(self, path: Location, stale_after: float = 120.0, heartbeat: float = 10.0,
-                 takeover_stale: float = 30.0):
-        self.path = as_location(str(path))
-        self.takeover_path = self.path.parent / (self.path.name + ".takeover")
-        self.stale_after, self.heartbeat, self.takeover_stale = stale_after, heartbeat, takeover_stale
-        self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _holder_doc(self) -> bytes:
-        return json_bytes({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "beat": time.time()})
-
-    def _create(self, path: Location) -> bool:
-        try:
-            put(path, self._holder_doc(), create_only=True)
-        except FileExistsError:
-            return False
-        return True
-
-    def holder(self) -> dict | None:
-        data = get(self.path)
-        try:
-            info = json.loads(data) if data is not None else None
-        except ValueError:
-            return None
-        return info if isinstance(info, dict) else None
-
-    def is_stale(self, info: dict | None) -> bool:
-        if info is None:
-            return True  # unreadable: a whole-object PUT is never torn, so this is garbage
-        if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
-            return True
-        return time.time() - float(info.get("beat", 0)) > self.stale_after
-
-    def acquire(self) -> None:
-        if self._create(self.path):
-            return self._start_heartbeat()
-        info = self.holder()
-        if not self.is_stale(info):
-            raise Locked(f"{self.path.name} held by {(info or {}).get('host')}:{(info or {}).get('pid')}")
-        if not self._create(self.takeover_path):
-            self._clear_dead_takeover()
-            raise Locked(f"{self.path.name} is being taken over by another run")
-        try:
-            info = self.holder()
-            if self.is_stale(info):
-                print(f"taking over stale lock {self.path.name} (holder {(info or {}).get('host')}:"
-                      f"{(info or {}).get('pid')} is gone)", flush=True)
-                delete_keys(self.path, [key_of(self.path)])
-            if not self._create(self.path):
-                raise Locked(f"{self.path.name} was taken by another run")
-        finally:
-            delete_keys(self.path, [key_of(self.takeover_path)])
-        self._start_heartbeat()
-
-    def _clear_dead_takeover(self) -> None:
-        data = get(self.takeover_path)
-        try:
-            beat = float(json.loads(data).get("beat", 0)) if data else 0.0
-        except ValueError:
-            beat = 0.0
-        if time.time() - beat > self.takeover_stale:
-            delete_keys(self.path, [key_of(self.takeover_path)])
-
-    def _start_heartbeat(self) -> None:
-        def beat() -> None:
-            while not self._stop.wait(self.heartbeat):
-                try:
-                    info = self.path.fs.info(key_of(self.path), refresh=True)
-                    held = self.holder()
-                    if not held or held.get("token") != self.token:
-                        return  # taken over: the run will fail on its own lock check
-                    put(self.path, self._holder_doc(), IfMatch=info.get("ETag", "*"))
-                except Exception:  # noqa: BLE001 - a missed beat is retried; a lost lock ends the beats
-                    continue
-        self._thread = threading.Thread(target=beat, daemon=True)
-        self._thread.start()
-
-    def release(self) -> None:
-        self._stop.set()
-        info = self.holder()
-        if info and info.get("token") == self.token:
-            delete_keys(self.path, [key_of(self.path)])
-
-
-def open_lock(path) -> "DatasetLock | ObjectLock":
-    return ObjectLock(path) if is_remote(path) else DatasetLock(path)
+def open_lock(path: Any, **kw: Any) -> Lease:
+    """The run lock at ``path`` (a file beside a store, or an object beside one in a bucket)."""
+    path = as_location(str(path))
+    return Lease(backend_for(path.parent), path.name, **kw)

@@ -33,7 +33,7 @@ def input_record(path: Path) -> dict[str, Any]:
 
 def _remote_input_record(path: Any) -> dict[str, Any]:
     """The same summary for an input in a bucket, from one listing (not a request per object)."""
-    from ..io.storage.object_store import key_of
+    from ..io.storage.location import key_of
 
     if str(path).startswith(("http://", "https://")):
         return {"path": str(path)}

@@ -52,7 +52,7 @@ def read_json_if_exists(path: Any) -> Any:
     (an existence check first would be a second request per metadata file)."""
     if type(path).__module__.startswith("upath"):
         try:
-            from .object_store import key_of
+            from .location import key_of
 
             data = path.fs.cat_file(key_of(path))  # one GET (read_bytes asks the size first)
         except FileNotFoundError:

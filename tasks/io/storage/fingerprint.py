@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from .guard import is_bookkeeping_name
+from .paths import is_bookkeeping_name
 from .location import is_remote, location_key
 
 HASH_UP_TO = 64 * 1024
@@ -69,7 +69,7 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
 def _remote_fingerprint(top) -> Fingerprint:
     """{url: [size, ETag]} of every object under a remote input: an object rewritten in place gets
     a new ETag (S3's content hash for a single PUT)."""
-    from .object_store import key_of
+    from .location import key_of
 
     if str(top).startswith(("http://", "https://")):
         from ...errors import warn

@@ -26,6 +26,10 @@ READABLE = ("s3", "https", "http")
 # a path a user typed with one slash where two belong: Path() turned s3://b into s3:/b on the way
 COLLAPSED = re.compile(r"^(s3|gs|gcs|az|abfs|https?):/[^/]")
 
+# S3 keys: glob characters (a pattern can reach look-alike prefixes) and the characters AWS asks to
+# avoid, which obstore percent-escapes where s3fs does not (the same URL would name two keys)
+UNSAFE_KEY_CHARS = set('*?[]{}^%`"<>#|~\\')
+
 Location = Union[Path, Any]  # Path, or upath.UPath for a remote store
 
 
@@ -50,7 +54,11 @@ def is_remote(path: Any) -> bool:
 
 def check_url(text: str, *, write: bool, what: str = "path") -> None:
     """One line for a URL zarrmill cannot serve (an unknown scheme, a read-only one as an output,
-    an S3 URL without a bucket); nothing for a local path."""
+    an S3 URL without a bucket, a key with characters a pattern or a client would read otherwise,
+    a credential in the URL); nothing for a local path."""
+    from .secrets import refuse_secret_url
+
+    refuse_secret_url(str(text), what)
     if COLLAPSED.match(str(text)):
         raise ConfigError(f"{text}: {what} looks like a URL with one '/' after the scheme; write it as "
                           f"{str(text).replace(':/', '://', 1)}")
@@ -72,6 +80,11 @@ def check_url(text: str, *, write: bool, what: str = "path") -> None:
             raise ConfigError(f"{text}: {what} needs a valid bucket name (3-63 lower-case letters, digits, '.', '-')")
         if write and not key.strip("/"):
             raise ConfigError(f"{text}: {what} names a whole bucket; give a prefix, e.g. s3://{bucket}/plate.ome.zarr")
+        odd = sorted(set(key) & UNSAFE_KEY_CHARS) or [c for c in key if ord(c) < 32][:1]
+        if odd:
+            raise ConfigError(f"{text}: {what} has {' '.join(repr(c) for c in odd)} in its key; zarrmill refuses S3 keys "
+                              "with pattern or special characters (* ? [ ] { } ^ % ` \" < > # | ~ \\), which one "
+                              "client reads as a pattern and another escapes: rename the prefix")
 
 
 def _loopback(url: str) -> bool:
@@ -92,6 +105,13 @@ def as_location(path: str | os.PathLike[str] | Any) -> Location:
     return UPath(str(path).rstrip("/"))
 
 
+def key_of(path: Location) -> str:
+    """What the location's fsspec file system calls it: ``bucket/key`` for s3fs, the whole URL for
+    http(s)."""
+    text = str(path)
+    return text.rstrip("/") if text.startswith(("http://", "https://")) else text.split("://", 1)[1].rstrip("/")
+
+
 def location_key(path: Any) -> str:
     """A comparable name: the URL of a remote location, the absolute path of a local one."""
     return str(path).rstrip("/") if is_remote(path) else os.path.abspath(path)
@@ -108,8 +128,6 @@ def url_join(base: Location, *parts: str) -> Location:
 def stored_bytes(path: Location) -> int:
     """Bytes held at ``path``: a file or object, or every file or object under a folder or prefix."""
     if is_remote(path):
-        from .object_store import key_of
-
         fs = path.fs
         fs.invalidate_cache()
         base = key_of(path)
@@ -129,6 +147,7 @@ def reset_clients() -> None:
 
     if "s3fs" in sys.modules:
         sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+    _STORES.clear()
 
 
 STORAGE_ENV = {"endpoint": ("AWS_ENDPOINT_URL_S3",), "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
@@ -164,58 +183,60 @@ def apply_storage_block(block: dict[str, Any] | None) -> None:
 
 
 def zarr_url(path: Any) -> Any:
-    """What zarr-python opens for ``path``: the path itself on disk; in a bucket, a zarr
-    ``ObjectStore`` on obstore rooted at that node (measured against zarr's fsspec store on the
-    same server: it asks for a shard's index with one suffix-range GET, where s3fs first asks the
-    object's size, and a missing chunk costs one request instead of three)."""
+    """What zarr-python opens for ``path``: the path itself on disk; in a bucket, a ``StorePath``
+    at that node over zarr's ``ObjectStore`` on obstore (measured against zarr's fsspec store on
+    the same server: it asks for a shard's index with one suffix-range GET, where s3fs first asks
+    the object's size, and a missing chunk costs one request instead of three). One client per
+    bucket and settings for the whole process, however many arrays are opened."""
     if not is_remote(path):
         return str(path)
     import zarr.storage
 
     scheme, rest = str(path).split("://", 1)
     bucket, _, prefix = rest.partition("/")
-    return zarr.storage.ObjectStore(_obstore(scheme, bucket, prefix.rstrip("/")))
+    return zarr.storage.StorePath(_zarr_store(scheme, bucket), prefix.strip("/"))
 
 
-def _obstore(scheme: str, bucket: str, prefix: str) -> Any:
+def _zarr_store(scheme: str, bucket: str) -> Any:
+    import zarr.storage
+
     if scheme in ("http", "https"):
         from obstore.store import HTTPStore
 
-        return HTTPStore.from_url(f"{scheme}://{bucket}/{prefix}",
-                                  client_options={"allow_http": True} if scheme == "http" else None)
-    return _s3_store(bucket, prefix, os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
-                     os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
-                     os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true")
-
-
-_STORES: dict[tuple, Any] = {}
-
-
-def _s3_store(bucket: str, prefix: str, endpoint: str, region: str, profile: str, anonymous: bool) -> Any:
-    """One obstore S3 client per (bucket, prefix, settings); credentials from botocore's chain
-    (environment, AWS_PROFILE, ~/.aws, instance roles), as every AWS tool finds them."""
-    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "")
-    key = (bucket, prefix, endpoint, region, profile, anonymous, os.environ.get("AWS_ACCESS_KEY_ID", ""), attempts)
+        return zarr.storage.ObjectStore(HTTPStore.from_url(
+            f"{scheme}://{bucket}", client_options={"allow_http": True} if scheme == "http" else None))
+    settings = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
+                os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
+                os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true",
+                os.environ.get("AWS_ACCESS_KEY_ID", ""), os.environ.get("AWS_MAX_ATTEMPTS", ""))
+    key = (bucket, *settings)
     if key not in _STORES:
-        from obstore.store import S3Store
-
-        options: dict[str, Any] = {"region": region or "us-east-1"}
-        if attempts.isdigit() and int(attempts) >= 1:  # AWS_MAX_ATTEMPTS, as botocore reads it
-            import datetime
-
-            options["retry_config"] = {"max_retries": int(attempts) - 1, "backoff": {
-                "init_backoff": datetime.timedelta(milliseconds=100), "max_backoff": datetime.timedelta(seconds=15),
-                "base": 2}, "retry_timeout": datetime.timedelta(minutes=3)}
-        if endpoint:
-            options["endpoint"] = endpoint
-        client = {"allow_http": True} if endpoint.startswith("http://") else {}
-        if anonymous:
-            options["skip_signature"] = True
-            _STORES[key] = S3Store(bucket, prefix=prefix or None, client_options=client, **options)
-        else:
-            _STORES[key] = S3Store(bucket, prefix=prefix or None, client_options=client,
-                                   credential_provider=_BotocoreCredentials(profile or None), **options)
+        _STORES[key] = zarr.storage.ObjectStore(_s3_store(bucket, *settings[:4]))
     return _STORES[key]
+
+
+_STORES: dict[tuple, Any] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
+
+
+def _s3_store(bucket: str, endpoint: str, region: str, profile: str, anonymous: bool) -> Any:
+    """An obstore S3 client for the whole bucket; credentials from botocore's chain (environment,
+    AWS_PROFILE, ~/.aws, instance roles), as every AWS tool finds them."""
+    from obstore.store import S3Store
+
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    options: dict[str, Any] = {"region": region or "us-east-1"}
+    if attempts.isdigit() and int(attempts) >= 1:  # AWS_MAX_ATTEMPTS, as botocore reads it
+        import datetime
+
+        options["retry_config"] = {"max_retries": int(attempts) - 1, "backoff": {
+            "init_backoff": datetime.timedelta(milliseconds=100), "max_backoff": datetime.timedelta(seconds=15),
+            "base": 2}, "retry_timeout": datetime.timedelta(minutes=3)}
+    if endpoint:
+        options["endpoint"] = endpoint
+    client = {"allow_http": True} if endpoint.startswith("http://") else {}
+    if anonymous:
+        return S3Store(bucket, client_options=client, skip_signature=True, **options)
+    return S3Store(bucket, client_options=client, credential_provider=_BotocoreCredentials(profile or None), **options)
 
 
 class _BotocoreCredentials:
