@@ -152,6 +152,9 @@ def s3env(s3, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
+    from zarrmill.io.storage.location import reset_clients
+
+    reset_clients()  # clients made by an earlier test (another endpoint: a proxy) are not reused
     return s3
 
 

@@ -1,7 +1,13 @@
 """A proxy in front of the S3 server that fails on purpose: every ``throttle_every``-th PUT is
 answered 503 SlowDown (what S3 says when it throttles), and ``stop()`` / ``start()`` take the
 endpoint away and bring it back on the same port (a server that went down mid-run). It forwards
-requests unchanged (the Host header too, so request signatures still match)."""
+requests unchanged (the Host header too, so request signatures still match).
+
+``conditions``: how a refused conditional PUT (``If-None-Match`` / ``If-Match``) is answered, as
+the S3 servers a facility runs answer it: "aws" (412 PreconditionFailed with a Condition element),
+"minio" (412 without one), "ceph" (412, Ceph RGW's message, no Condition), "conflict" (409
+ConditionalRequestConflict, AWS's answer to a concurrent conditional write); None passes the
+server's own answer through."""
 from __future__ import annotations
 
 import http.client
@@ -12,10 +18,26 @@ SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code
              b"<Message>Please reduce your request rate.</Message></Error>")
 
 
+CONDITION_ANSWERS = {
+    "aws": (412, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>At least one '
+                 b'of the pre-conditions you specified did not hold</Message><Condition>If-None-Match</Condition>'
+                 b'</Error>'),
+    "minio": (412, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>At least one '
+                   b'of the pre-conditions you specified did not hold</Message><Key>k</Key><BucketName>b</BucketName>'
+                   b'<Resource>/b/k</Resource></Error>'),
+    "ceph": (412, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><BucketName>b'
+                  b'</BucketName><RequestId>tx0</RequestId><HostId>rgw</HostId></Error>'),
+    "conflict": (409, b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code><Message>'
+                      b'A conflicting conditional operation is currently in progress against this resource.'
+                      b'</Message></Error>'),
+}
+
+
 class FaultyProxy:
-    def __init__(self, upstream_port: int, port: int, throttle_every: int = 0):
+    def __init__(self, upstream_port: int, port: int, throttle_every: int = 0, conditions: str | None = None):
         self.upstream_port, self.port, self.throttle_every = upstream_port, port, throttle_every
-        self.puts = self.throttled = 0
+        self.conditions = conditions
+        self.puts = self.throttled = self.conditions_refused = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._open: set = set()  # client connections being served (keep-alive): cut on stop()
@@ -62,6 +84,18 @@ class FaultyProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 answer = conn.getresponse()
                 data = answer.read()
+                conditional = self.command == "PUT" and (self.headers.get("If-None-Match") or self.headers.get("If-Match"))
+                if conditional and proxy.conditions and answer.status in (409, 412):
+                    status, data = CONDITION_ANSWERS[proxy.conditions]
+                    with proxy._lock:
+                        proxy.conditions_refused += 1
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    conn.close()
+                    return
                 self.send_response(answer.status)
                 for key, value in answer.getheaders():
                     if key.lower() not in ("content-length", "transfer-encoding", "connection"):

@@ -187,6 +187,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def open_lock(path: Any, **kw: Any) -> Lease:
-    """The run lock at ``path`` (a file beside a store, or an object beside one in a bucket)."""
+    """The run lock at ``path`` (a file beside a store, or an object beside one in a bucket). Its
+    timing can be set for a site (or a test) with ZARRMILL_LOCK_HEARTBEAT_S (10) and
+    ZARRMILL_LOCK_STALE_S (120): stale must stay well above the heartbeat."""
     path = as_location(str(path))
+    for name, key in (("ZARRMILL_LOCK_HEARTBEAT_S", "heartbeat"), ("ZARRMILL_LOCK_STALE_S", "stale_after")):
+        value = os.environ.get(name)
+        if value:
+            try:
+                kw.setdefault(key, float(value))
+            except ValueError:
+                from ..errors import ConfigError
+
+                raise ConfigError(f"{name}={value!r}: not a number of seconds") from None
     return Lease(backend_for(path.parent), path.name, **kw)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import zarr
 
+from ...errors import UnsafeOutputError
 from .guard import OutputGuard
 from .location import is_remote, zarr_url
 
@@ -32,7 +33,7 @@ def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard
             guard.remove(dst, " by the copy of the input's " + name)
         guard.will_create(dst)
         if _zarr_format(src) == dst_zarr_format and remote:
-            _copy_objects(src, dst)
+            _copy_objects(src, dst, guard)
         elif _zarr_format(src) == dst_zarr_format:
             shutil.copytree(src, dst, ignore=_links)
         else:
@@ -41,15 +42,17 @@ def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard
     return carried
 
 
-def _copy_objects(src, dst) -> None:
+def _copy_objects(src, dst, guard: OutputGuard) -> None:
     """Every file or object under ``src`` to the same place under ``dst``, bytes as they are (in or
-    out of a bucket: one read and one write each)."""
+    out of a bucket: one read and one write each). Each target passes the guard's stays-inside
+    check: an object key may hold '..' or '//', which must never lead out of the output."""
     base = str(src).rstrip("/")
     for path in sorted(_files_under(src)):
         rel = str(path)[len(base):].lstrip("/")
-        target = dst
-        for part in rel.split("/"):
-            target = target / part
+        if any(part in ("", ".", "..") for part in rel.split("/")):
+            raise UnsafeOutputError(f"{path}: the object key has an empty, '.' or '..' part; copied to "
+                                    f"{dst} it would not stay where its name says: rename it in the source")
+        target = guard.contain(str(dst).rstrip("/") + "/" + rel, what=f"the copy of {path}")
         data = path.read_bytes()
         if is_remote(target):
             target.write_bytes(data)
