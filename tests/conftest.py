@@ -164,3 +164,63 @@ _BUCKETS = iter(range(10_000))
 @pytest.fixture
 def bucket(s3env) -> str:
     return s3env.make_bucket(f"zm-{os.getpid()}-{next(_BUCKETS)}")
+
+
+# -- a second node's view of a folder, and a drive without hard links (FUSE, as root) -----------
+def _fuse_tools(*names: str) -> None:
+    """bindfs, fusefat and mkfs.vfat from Debian (tests/run installs them as root); under CI a
+    missing one fails the run, elsewhere the test skips."""
+    missing = [n for n in names if shutil.which(n) is None]
+    why = f"{', '.join(missing)} not installed" if missing else "FUSE mounts need root" if os.geteuid() else ""
+    if why:
+        if IN_CI:
+            pytest.fail(f"{why}; tests/run installs bindfs, fusefat and dosfstools as root", pytrace=False)
+        pytest.skip(why)
+
+
+def _unmount(point: Path) -> None:
+    for cmd in (["fusermount", "-u", str(point)], ["umount", str(point)], ["umount", "-l", str(point)]):
+        if shutil.which(cmd[0]) and subprocess.run(cmd, capture_output=True).returncode == 0:
+            return
+
+
+def _wait_mounted(point: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while not os.path.ismount(point):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{point} did not get mounted")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def second_mount(tmp_path):
+    """(folder, the same folder seen through a second mount): bindfs, like a second NFS client,
+    reports another device number; only folders inside pytest's temporary folder are mounted."""
+    _fuse_tools("bindfs")
+    node_a, node_b = tmp_path / "node-a", tmp_path / "node-b"
+    node_a.mkdir()
+    node_b.mkdir()
+    subprocess.run(["bindfs", "--no-allow-other", str(node_a), str(node_b)], check=True, capture_output=True)
+    _wait_mounted(node_b)
+    try:
+        yield node_a, node_b
+    finally:
+        _unmount(node_b)
+
+
+@pytest.fixture
+def fat_drive(tmp_path):
+    """A FAT file system (no hard links, no symlinks) mounted through fusefat from an image made
+    by mkfs.vfat, inside pytest's temporary folder."""
+    _fuse_tools("fusefat", "mkfs.vfat")
+    image, point = tmp_path / "fat.img", tmp_path / "fat"
+    point.mkdir()
+    subprocess.run(["mkfs.vfat", "-C", str(image), "131072"], check=True, capture_output=True)
+    subprocess.run(["fusefat", "-o", "rw+", str(image), str(point)], check=True, capture_output=True)
+    _wait_mounted(point)
+    try:
+        yield point
+    finally:
+        _unmount(point)

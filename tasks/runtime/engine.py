@@ -17,14 +17,15 @@ from pathlib import Path
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from ..errors import OutputExistsError, OutputLockedError, StepFailedError, UnitError, ZarrmillError
+from ..errors import OutputLockedError, StepFailedError, UnitError, ZarrmillError
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.storage.guard import OutputGuard
 from ..io.storage.location import is_remote
 from ..io.storage.object_guard import open_guard
 from .budget import refuse_oversized, resources_for, unit_memory
 from .contract import PlanContext, Task, TaskParams, Unit
-from .ledger import Ledger, StepRecord, diff_params, open_ledger, params_hash
+from .ledger import StepRecord, open_ledger
+from .resume import prepare_output, remove_partial_files, same_step, step_record
 from .malloc import return_freed_memory
 from .locks import Lease, Locked, open_lock
 from .progress import Progress
@@ -89,9 +90,8 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     """Run every not-yet-done unit of ``step`` on ``get_client()`` (called only if there is work;
     it may return None to run the units inline on the driver)."""
     t0 = time.monotonic()
-    p_json = params.model_dump(mode="json")
-    rec = StepRecord(task.name, p_json, params_hash(task.name, task.version, p_json))
     root = params.ledger_root()
+    rec = step_record(task, params, root)
     guard = open_guard(root, params.input_paths(), in_place=params.writes_in_place())
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
@@ -172,21 +172,21 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     old = ledger.record() if guard.owned() or guard.in_place else None
     rec.inputs = fingerprint(params.input_paths(), skip=[root])
     changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
-    same = old is not None and old.params_hash == rec.params_hash
+    same = same_step(task, old, rec, root, params.input_paths())
     if same and old.state == "done" and not opts.upstream_changed and not changed:
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
     if same and changed:
         _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
-    resume = _prepare_output(step, guard, ledger, old, rec, opts)
+    resume = prepare_output(step, guard, ledger, old, rec, same, opts)
 
     ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard)
     done = ledger.done_ids() if resume and not changed else set()
     rec.state = "planning"
     guard.make_dirs(ledger.dir)
     if resume and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
-        _remove_partial_files(root)
-        _remove_partial_files(guard.bookkeeping)
+        remove_partial_files(root)
+        remove_partial_files(guard.bookkeeping)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     lock.check()
     units = task.plan(params, ctx)  # a failure here is rolled back by run_step
@@ -242,48 +242,6 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     ledger.write_record(rec)
     report.seconds = time.monotonic() - t0
     return report
-
-
-def _prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecord | None, rec: StepRecord,
-                    opts: StepOptions) -> bool:
-    """Decide between resuming and starting over; empty the step's own earlier output where that
-    is allowed. Returns ``resume``: existing arrays of this step's parameters may be reused."""
-    same = old is not None and old.params_hash == rec.params_hash
-    if same and not opts.upstream_changed:
-        return True
-    if old is not None and not same and not opts.overwrite:
-        raise OutputExistsError(
-            f"{guard.root}: step '{step}' was run here with other parameters "
-            f"({diff_params(old.params, rec.params)}); rerun with --overwrite to replace it, "
-            "or choose another output")
-    if guard.in_place or not guard.owned() or not guard.has_content():
-        ledger.reset()
-        return False
-    made_here = guard.owner().get("step") == step
-    if opts.overwrite or (made_here and (same or old is not None)):
-        guard.clear()  # a store this step created, redone from scratch
-        return False
-    raise OutputExistsError(
-        f"{guard.root}: holds a store zarrmill wrote for step '{guard.owner().get('step', '?')}', not this "
-        "step's; rerun with --overwrite to replace it, or choose another output")
-
-
-# temp files of a write a kill interrupted: zarrmill's and zarr's ``<name>.<uuid>.partial``,
-# tensorstore's ``<chunk>.__lock`` (it writes a chunk or shard there, then renames it into place)
-TEMP_SUFFIXES = (".partial", ".__lock")
-
-
-def _remove_partial_files(root: Path) -> None:
-    """An interrupted run can leave temp files (a chunk, shard or file being written when the
-    process was killed); the units that wrote them are not done and rewrite their files, so the
-    temp files are garbage. Only walked when resuming an interrupted step."""
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            if name.endswith(TEMP_SUFFIXES):
-                try:
-                    os.unlink(os.path.join(dirpath, name))
-                except FileNotFoundError:
-                    pass
 
 
 def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions

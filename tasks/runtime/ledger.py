@@ -140,7 +140,7 @@ def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(changed) or "task version changed"
 
 
-def list_steps(root: Path) -> list[tuple[str, StepRecord, int]]:
+def list_steps(root: Any) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
     if str(root).startswith(("http://", "https://")):
         return []  # a read-only web store keeps no ledger

@@ -40,8 +40,10 @@ def _is_metadata(path: str) -> bool:
 
 
 def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | os.PathLike[str]] = ()) -> Fingerprint:
-    """{absolute file path: [size, mtime_ns, (hash)]} of every file under ``inputs``; inputs in
-    ``skip`` (a store the step itself writes into) are left out."""
+    """{file path: [size, mtime_ns, (hash)]} of every file under ``inputs``, named from the input's
+    own folder name down (``plate.zarr/B/03/zarr.json``), so the same input reached through
+    another mount or path has the same fingerprint; inputs in ``skip`` (a store the step itself
+    writes into) are left out."""
     skipped = {location_key(s) for s in skip}
     out: Fingerprint = {}
     for inp in inputs:
@@ -53,14 +55,15 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
         if top in skipped or not os.path.exists(top):
             continue
         if os.path.isfile(top):
-            out[top] = _entry(top, os.stat(top))
+            out[os.path.basename(top)] = _entry(top, os.stat(top))
             continue
+        base = os.path.dirname(top)
         for dirpath, dirnames, names in os.walk(top, followlinks=True):
             dirnames[:] = sorted(d for d in dirnames if d != ".zarrmill" and not is_bookkeeping_name(d))
             for name in sorted(names):
                 path = os.path.join(dirpath, name)
                 try:
-                    out[path] = _entry(path, os.stat(path))
+                    out[os.path.relpath(path, base)] = _entry(path, os.stat(path))
                 except OSError:
                     continue
     return out
@@ -82,8 +85,8 @@ def _remote_fingerprint(top) -> Fingerprint:
         found = fs.find(key_of(top), detail=True)
     except FileNotFoundError:
         return {}
-    scheme = str(top).split("://", 1)[0]
-    return {f"{scheme}://{key}": [info.get("size"), str(info.get("ETag") or info.get("etag") or "")]
+    base = key_of(top).rsplit("/", 1)[0] + "/" if "/" in key_of(top) else ""
+    return {key[len(base):]: [info.get("size"), str(info.get("ETag") or info.get("etag") or "")]
             for key, info in sorted(found.items())
             if not any(is_bookkeeping_name(part) for part in key.split("/"))}
 
