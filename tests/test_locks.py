@@ -149,3 +149,41 @@ def test_bookkeeping_removal_refuses_what_is_not_zarrmills(tmp_path, monkeypatch
     monkeypatch.chdir(state)
     with pytest.raises(UnsafeOutputError, match="refusing to delete"):
         remove_bookkeeping(state)  # the current folder, even though it is marked
+
+
+def test_the_heartbeat_rides_out_storage_errors_and_notices_a_takeover(tmp_path):
+    """A storage hiccup (an NFS server restarting) costs a beat, not the lease; another run's lock
+    in its place ends the lease for good."""
+    import time
+
+    from zarrmill.runtime.locks import LeaseLost
+
+    path = _locks(tmp_path) / "x.lock"
+    lock = DatasetLock(path, heartbeat=0.05, stale_after=60)
+    failures = {"left": 3}
+    real_replace = lock.backend.replace
+
+    def flaky_replace(*args, **kw):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(5, "Input/output error")  # what a client sees while its server restarts
+        return real_replace(*args, **kw)
+
+    lock.backend.replace = flaky_replace
+    lock.acquire()
+    deadline = time.monotonic() + 10
+    while failures["left"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first = json.loads(path.read_text())["beat"]
+    time.sleep(0.3)
+    assert json.loads(path.read_text())["beat"] > first, "beats go on after the errors"
+    assert not lock.lost()
+    lock.check()
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "theirs", "beat": time.time()}))
+    deadline = time.monotonic() + 10
+    while not lock.lost() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(LeaseLost):
+        lock.check()
+    lock.release()
+    assert json.loads(path.read_text())["token"] == "theirs"

@@ -178,7 +178,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
     if same and changed:
         _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
-    resume = prepare_output(step, guard, ledger, old, rec, same, opts)
+    resume = prepare_output(step, guard, ledger, old, rec, same, opts.overwrite, opts.upstream_changed)
 
     ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard)
     done = ledger.done_ids() if resume and not changed else set()

@@ -15,7 +15,6 @@ from .ledger import Ledger, StepRecord, diff_params, params_hash
 
 if TYPE_CHECKING:
     from .contract import Task, TaskParams
-    from .engine import StepOptions
 
 
 def where_keys(p_json: dict[str, Any], places: list[Any]) -> set[str]:
@@ -51,12 +50,12 @@ def same_step(task: "Task", old: StepRecord | None, rec: StepRecord, root: Any, 
 
 
 def prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecord | None, rec: StepRecord,
-                   same: bool, opts: "StepOptions") -> bool:
+                   same: bool, overwrite: bool, upstream_changed: bool) -> bool:
     """Decide between resuming and starting over; empty the step's own earlier output where that
     is allowed. Returns ``resume``: existing arrays of this step's parameters may be reused."""
-    if same and not opts.upstream_changed:
+    if same and not upstream_changed:
         return True
-    if old is not None and not same and not opts.overwrite:
+    if old is not None and not same and not overwrite:
         raise OutputExistsError(
             f"{guard.root}: step '{step}' was run here with other parameters "
             f"({diff_params(old.params, rec.params)}); rerun with --overwrite to replace it, "
@@ -65,7 +64,7 @@ def prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecor
         ledger.reset()
         return False
     made_here = guard.owner().get("step") == step
-    if opts.overwrite or (made_here and (same or old is not None)):
+    if overwrite or (made_here and (same or old is not None)):
         guard.clear()  # a store this step created, redone from scratch
         return False
     raise OutputExistsError(

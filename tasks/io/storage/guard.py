@@ -75,18 +75,22 @@ class OutputGuard:
             raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
         for inp in self.inputs:
             src = real(inp)
-            if self.in_place and src == root:
-                continue
-            if src == root:
-                raise UnsafeOutputError(f"{self.root}: the output is the input {inp}; choose a new output path")
-            if is_within(root, src):
-                raise UnsafeOutputError(f"{self.root}: the output lies inside the input {inp}; choose a path outside it")
-            if is_within(src, root):
-                raise UnsafeOutputError(f"{self.root}: the output contains the input {inp}; choose a path beside it")
+            self._refuse_overlap(inp, src == root, is_within(root, src), is_within(src, root), "path")
         if not self.in_place and self.has_content() and not self.owned():
             raise UnsafeOutputError(
                 f"{self.root}: exists, is not empty and was not created by zarrmill; zarrmill writes only "
                 "into new or empty folders (or stores it created): choose a new output path")
+
+    def _refuse_overlap(self, inp: Any, same: bool, out_in_input: bool, input_in_out: bool, what: str) -> None:
+        """The output may not be, lie inside or contain an input (an in-place step adds to its input)."""
+        if same and self.in_place:
+            return
+        if same:
+            raise UnsafeOutputError(f"{self.root}: the output is the input {inp}; choose a new output {what}")
+        if out_in_input:
+            raise UnsafeOutputError(f"{self.root}: the output lies inside the input {inp}; choose a {what} outside it")
+        if input_in_out:
+            raise UnsafeOutputError(f"{self.root}: the output contains the input {inp}; choose a {what} beside it")
 
     @property
     def bookkeeping(self) -> Any:

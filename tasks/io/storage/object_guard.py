@@ -50,14 +50,7 @@ class ObjectGuard(OutputGuard):
             if not is_remote(inp):
                 continue
             src = str(inp).rstrip("/") + "/"
-            if self.in_place and src == root:
-                continue
-            if src == root:
-                raise UnsafeOutputError(f"{self.root}: the output is the input {inp}; choose a new output prefix")
-            if root.startswith(src):
-                raise UnsafeOutputError(f"{self.root}: the output lies inside the input {inp}; choose a prefix outside it")
-            if src.startswith(root):
-                raise UnsafeOutputError(f"{self.root}: the output contains the input {inp}; choose a prefix beside it")
+            self._refuse_overlap(inp, src == root, root.startswith(src), src.startswith(root), "prefix")
         if self.root.fs.isfile(key_of(self.root)):
             raise UnsafeOutputError(f"{self.root}: is an object, not a store prefix; choose another output")
         if self.in_place and not self.has_content():
