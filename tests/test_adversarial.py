@@ -123,9 +123,10 @@ def test_deletion_refuses_the_current_folder_and_home_even_when_owned(world):
     for folder in (world / "cwd", world / "home", world):
         marker = bookkeeping(folder)
         marker.mkdir(exist_ok=True)
-        st = folder.stat()  # a planted marker that names this very folder
-        marker.joinpath("owner.json").write_text(json.dumps({"tool": "zarrmill", "id": "x",
-                                                             "folder": [st.st_dev, st.st_ino]}))
+        # a planted marker, and a claim in the folder that names it: the folder counts as owned
+        marker.joinpath("owner.json").write_text(json.dumps({"tool": "zarrmill", "id": "x"}))
+        folder.joinpath(".zarrmill-claim").write_text(json.dumps({"id": "x"}))
+        assert OutputGuard(folder).owned()
         before = snapshot(world)
         with pytest.raises(UnsafeOutputError):
             OutputGuard(folder).clear()

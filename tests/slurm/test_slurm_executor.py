@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import bookkeeping, squeue_names, tree_digest
+from conftest import done_units, squeue_names, tree_digest
 from helpers import generate_step, rechunk_step, write_workflow
 
 pytestmark = pytest.mark.slurm
@@ -74,10 +74,9 @@ def test_scancel_one_worker_mid_step_still_completes(cli, slurm, tmp_path):
     cancelled: list[str] = []
 
     def cancel_one_when_busy():
-        log = bookkeeping(out) / "steps" / "gen" / "done.log"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if log.exists() and log.read_bytes().count(b"\n") >= 10:
+            if done_units(out, "gen") >= 10:
                 ids = subprocess.run(["squeue", "-h", "-n", "zm-scancel-me", "-o", "%i"],
                                      capture_output=True, text=True).stdout.split()
                 if len(ids) >= 2:
