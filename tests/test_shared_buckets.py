@@ -207,3 +207,26 @@ def test_redact_shortens_every_secret_url_in_a_text():
     assert "pw@" not in shown and "bob" not in shown and "x-amz-credential" not in shown
     assert "https://h/x.zarr" in shown and "s3://b/p" in shown
     assert secret_in_url("https://h/x.zarr?version=3") is None and secret_in_url("s3://b/p.zarr") is None
+
+
+def test_one_client_per_bucket_however_many_arrays_are_opened(cli, tmp_path, bucket, s3env):
+    import zarr
+
+    from zarrmill.io.storage import location
+
+    raw = generate(cli, tmp_path / "raw")
+    url = f"s3://{bucket}/p.ome.zarr"
+    assert task(cli, "ingest", f"input={raw}", f"output={url}")[0] == 0
+    location.reset_clients()
+    paths = [f"{url}/{w}/{f}/0" for w in ("B/03", "C/04") for f in range(4)]
+    for path in paths:
+        zarr.open_array(location.zarr_url(as_location(path)), mode="r")[...]
+    assert len(location._STORES) == 1, "one obstore client for the bucket, not one per array"
+
+
+def test_a_credential_in_the_storage_endpoint_is_refused(cli, tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(json.dumps({"name": "s3", "storage": {"endpoint": "https://key:s3cr3tpw@s3.example.org"},
+                              "steps": {"g": {"task": "generate-plate", "params": {"output": str(tmp_path / "raw")}}}}))
+    code, out, err = cli("run", str(wf))
+    assert code == 2 and "s3cr3tpw" not in out + err and "storage.endpoint" in err, err

@@ -168,6 +168,10 @@ def apply_storage_block(block: dict[str, Any] | None) -> None:
             raise ConfigError(f"storage: {', '.join(secret)} is a credential; workflow files never hold credentials: "
                               "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile in ~/.aws instead")
         raise ConfigError(f"storage: unknown setting {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+    if block.get("endpoint"):
+        from .secrets import refuse_secret_url
+
+        refuse_secret_url(str(block["endpoint"]), "storage.endpoint")
     if "anonymous" in block and not isinstance(block["anonymous"], bool):
         raise ConfigError("storage: anonymous must be true or false")
     for key, names in STORAGE_ENV.items():

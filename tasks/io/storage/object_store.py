@@ -177,9 +177,13 @@ def describe_access_error(root: Location, err: BaseException) -> str:
         return (f"{root}: the S3 server refused the credentials for bucket {bucket!r} (set AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE for this endpoint)")
     if any(s in lowered for s in ("connect", "endpoint", "timeout", "name or service", "unreachable")):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS's default"
+        from .secrets import redact
+
+        endpoint = redact(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS's default")
         return f"{root}: cannot reach the S3 endpoint {endpoint} ({type(err).__name__}); check AWS_ENDPOINT_URL_S3"
-    return f"{root}: S3 error ({type(err).__name__}: {str(err)[:200]})"
+    from .secrets import redact
+
+    return f"{root}: S3 error ({type(err).__name__}: {redact(str(err))[:200]})"
 
 
 def probe_prefix(root: Location, n: int = 2) -> list[str]:
