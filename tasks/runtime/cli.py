@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.debug:
-        for name in ("distributed", "dask_jobqueue", "tifffile"):  # their warnings repeat our one error line
-            logging.getLogger(name).setLevel(logging.ERROR)
+        _libraries_log_to_a_file()
     reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
     return_freed_memory()  # before any plane is read; dask and SLURM workers inherit it
     try:
@@ -145,6 +144,39 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+# libraries whose log records would print beside zarrmill's one line (tifffile's "invalid offset",
+# distributed's worker chatter, zarr's "not recognized" walks): they go to a log file instead
+LIBRARY_LOGGERS = ("tifffile", "bioio", "bioio_base", "bioio_ome_tiff", "bioio_tifffile", "zarr", "numcodecs", "dask",
+                   "distributed", "dask_jobqueue", "ome_zarr", "fsspec", "s3fs", "botocore", "aiobotocore", "urllib3",
+                   "PIL", "imagecodecs", "asyncio", "tornado", "blosc2")
+
+
+def _libraries_log_to_a_file() -> None:
+    """Library log records go to ``<runs folder>/logs/<time>-<pid>.log`` (made only when a record
+    comes), never to the terminal; ``--debug`` shows them."""
+    from ..io.storage.secrets import redact
+    from .rundirs import runs_root
+
+    class Redacting(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return redact(super().format(record))
+
+    path = runs_root() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, delay=True, encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if getattr(h, "_zarrmill", False)]:
+            logger.removeHandler(old)  # the in-process CLI of the tests runs many commands
+        handler._zarrmill = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 PATH_ERRNOS = {errno.ENAMETOOLONG: "a file name is too long (255 bytes per name); choose a shorter path",

@@ -67,6 +67,9 @@ def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
 
     try:
         with tifffile.TiffFile(path) as tf:
+            if len(tf.pages) == 0:
+                raise InputError(f"{path}: cannot read an image from it: the TIFF's first page offset points nowhere "
+                                 "(the file is truncated or damaged); export it again")
             page = tf.pages[0]
             if (len(tf.pages) != 1 or page.compression != 1 or not page.is_contiguous or page.predictor != 1
                     or page.dtype != out.dtype or tuple(s for s in page.shape if s != 1) != out.shape
@@ -105,10 +108,15 @@ def plane_header(path: str | Path) -> tuple[tuple[int, int], str]:
         import tifffile
 
         with tifffile.TiffFile(path) as tf:
+            if len(tf.pages) == 0:
+                raise InputError(f"{path}: cannot read an image from it: the TIFF's first page offset points nowhere "
+                                 "(the file is truncated or damaged); export it again")
             page = tf.pages[0]
             shape = tuple(s for s in page.shape if s != 1)
             return (shape[-2], shape[-1]), str(page.dtype)
     except FileNotFoundError as err:
         raise InputNotFoundError(f"{path}: file not found") from err
+    except InputError:
+        raise
     except Exception as err:  # noqa: BLE001
         raise InputError(f"{path}: cannot read image header ({type(err).__name__}: {err})") from err
