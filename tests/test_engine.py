@@ -177,7 +177,8 @@ def test_fingerprints_hash_metadata_not_chunks(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "0").write_bytes(b"\0" * 100)
     fp = fingerprint([tmp_path])
-    assert len(fp[str(tmp_path / "zarr.json")]) == 3 and len(fp[str(tmp_path / "c" / "0")]) == 2
+    name = tmp_path.name  # files are named from the input's own folder down (the same through any mount)
+    assert len(fp[f"{name}/zarr.json"]) == 3 and len(fp[f"{name}/c/0"]) == 2
 
 
 def test_the_local_executor_runs_gil_free_tasks_on_threads_and_the_rest_on_processes(cli, tmp_path):

@@ -111,6 +111,7 @@ def test_locks_ledger_and_a_whole_conversion_work_on_a_drive_without_hard_links(
     folder.mkdir()
     for trial in range(5):
         held: list[DatasetLock] = []
+        errors: list[BaseException] = []
         barrier = threading.Barrier(12)
 
         def take() -> None:
@@ -120,6 +121,9 @@ def test_locks_ledger_and_a_whole_conversion_work_on_a_drive_without_hard_links(
                 lock.acquire()
             except Locked:
                 return
+            except BaseException as err:  # noqa: BLE001 - every taker must win or be told it is locked
+                errors.append(err)
+                return
             held.append(lock)
 
         threads = [threading.Thread(target=take) for _ in range(12)]
@@ -127,7 +131,7 @@ def test_locks_ledger_and_a_whole_conversion_work_on_a_drive_without_hard_links(
             t.start()
         for t in threads:
             t.join()
-        assert len(held) == 1, f"trial {trial}: {len(held)} holders"
+        assert not errors and len(held) == 1, f"trial {trial}: {len(held)} holders, errors {errors}"
         held[0].release()
         assert not (folder / f"t{trial}.lock").exists()
     led = Ledger(fat_drive / "out.zarr", "s")

@@ -19,9 +19,8 @@ from typing import Any, Callable, Iterator
 
 from ..errors import OutputLockedError, StepFailedError, UnitError, ZarrmillError
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
-from ..io.storage.guard import OutputGuard
+from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
-from ..io.storage.object_guard import open_guard
 from .budget import refuse_oversized, resources_for, unit_memory
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import StepRecord, open_ledger

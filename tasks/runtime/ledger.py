@@ -22,8 +22,7 @@ from ..errors import InputError
 from ..io.storage.atomic import canonical_json
 from ..io.storage.backend import backend_for
 from ..io.storage.location import is_remote
-from ..io.storage.object_guard import bookkeeping_prefix
-from ..io.storage.paths import bookkeeping_dir
+from ..io.storage.places import bookkeeping_of
 
 FLUSH_EVERY_S = 1.0
 OBJECT_FLUSH_EVERY_S = 2.0  # a PUT per flush in a bucket: fewer than on disk
@@ -56,7 +55,7 @@ class Ledger:
     def __init__(self, root: Any, step: str):
         self.root = root
         self.step = step
-        self.dir = _bookkeeping(root) / "steps" / safe_step_name(step)
+        self.dir = bookkeeping_of(root) / "steps" / safe_step_name(step)
         self.backend = backend_for(self.dir)
         self._pending: list[str] = []
         self._token = uuid.uuid4().hex[:12]
@@ -121,10 +120,6 @@ class Ledger:
         self.flush(durable=True)  # once per step: the last records survive a node crash
 
 
-def _bookkeeping(root: Any) -> Any:
-    return bookkeeping_prefix(root) if is_remote(root) else bookkeeping_dir(root)
-
-
 def open_ledger(root: Any, step: str) -> Ledger:
     """The ledger of ``step`` in ``root``, on disk or in a bucket."""
     return Ledger(root, step)
@@ -144,7 +139,7 @@ def list_steps(root: Any) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
     if str(root).startswith(("http://", "https://")):
         return []  # a read-only web store keeps no ledger
-    names = sorted({key.split("/", 1)[0] for key in backend_for(_bookkeeping(root) / "steps").keys() if "/" in key})
+    names = sorted({key.split("/", 1)[0] for key in backend_for(bookkeeping_of(root) / "steps").keys() if "/" in key})
     out = []
     for name in names:
         led = open_ledger(root, name)

@@ -67,9 +67,13 @@ class Lease:
         return self.backend.create(name, self._doc())
 
     def holder(self) -> dict | None:
+        """The lock's content, or None when it cannot be read whole this instant (being written:
+        some FUSE file systems refuse a read while another process writes the file)."""
         try:
             info = json.loads(self.backend.read(self.name) or b"")
-        except ValueError:
+        except FileNotFoundError:
+            return None
+        except (ValueError, PermissionError, BlockingIOError, InterruptedError):
             return None
         return info if isinstance(info, dict) else None
 

@@ -144,9 +144,11 @@ def _write_synced(fd: int, data: bytes, path: Path, durable: bool = True) -> Non
             view = view[os.write(fd, view):]
         if durable:
             os.fsync(fd)
-    except BaseException:
+    except BaseException as err:
         os.close(fd)
         path.unlink(missing_ok=True)  # never an empty or half-written file left under that name
+        if type(err) is OSError and err.filename is None:  # write() and fsync() name no file (a full disk)
+            err.filename = str(path)
         raise
     os.close(fd)
 

@@ -1,0 +1,242 @@
+"""Where a store lives, as the output guard (guard.py) needs to know it: a folder on disk or a
+prefix in a bucket. Each place answers the same few questions (is the root writable at all, does
+it overlap an input, what is under a node, is a path inside the root) and does the same few things
+(make folders, delete a node); the guard's rules are written once, over either.
+
+- Disk: paths are resolved (symlinks followed) before they are judged; /, the current folder and
+  home are never written or deleted, whatever owns them.
+- Bucket: keys are judged as text ('..' refused); emptiness and access are one LIST of the output
+  prefix (MaxKeys=2, so the store's claim alone counts as empty); deletes are literal key lists."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+from ...errors import InputNotFoundError, UnsafeOutputError
+from .backend import DiskBackend, ObjectBackend
+from .location import as_location, is_remote, key_of
+from .object_store import delete_keys, has_objects, keys_under, probe_prefix
+from .paths import (CLAIM_FILE, MARKER_SUFFIX, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete,
+                    real)
+
+
+def _listing(path: Path) -> list[str]:
+    """What a folder holds, a store's claim file left out (zarrmill's own)."""
+    try:
+        return [n for n in os.listdir(path) if n != CLAIM_FILE]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+class DiskPlace:
+    noun = "path"
+    FOREIGN = ("exists, is not empty and was not created by zarrmill; zarrmill writes only into new or empty folders "
+               "(or stores it created): choose a new output path")
+
+    def __init__(self, root: Any, inputs: Iterable[Any]):
+        self.root = Path(os.path.abspath(root))
+        self.inputs = [Path(os.path.abspath(p)) for p in inputs if not is_remote(p)]  # a bucket cannot overlap
+        self.bookkeeping = bookkeeping_dir(self.root)
+        self.meta, self.store = DiskBackend(self.bookkeeping), DiskBackend(self.root)
+
+    def check_root(self, in_place: bool) -> None:
+        root = real(self.root)
+        for bad in forbidden_roots():
+            if is_within(bad, root):
+                raise UnsafeOutputError(
+                    f"{self.root}: refusing to write here: it is {'/' if bad == Path('/') else 'or contains ' + str(bad)} "
+                    "(the current folder, home or /); give the output its own new folder, e.g. ./out.zarr")
+        if in_place and not root.is_dir():
+            raise InputNotFoundError(f"{self.root}: does not exist (or is not a folder); this step adds to an existing store")
+        if root.exists() and not root.is_dir():
+            raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
+
+    def overlaps(self) -> list[tuple[Any, bool, bool, bool]]:
+        """(input, is the root, root inside it, it inside the root) for each input."""
+        root = real(self.root)
+        return [(inp, real(inp) == root, is_within(root, real(inp)), is_within(real(inp), root)) for inp in self.inputs]
+
+    def has_content(self) -> bool:
+        return bool(_listing(self.root))
+
+    def entries(self, node: Any) -> list[Any]:
+        return [Path(node) / name for name in _listing(Path(node))]
+
+    def is_empty(self, node: Any) -> bool:
+        node = Path(node)
+        return not node.exists() or (node.is_dir() and not _listing(node))
+
+    def exists(self, node: Any) -> bool:
+        return Path(node).exists()
+
+    def make_dirs(self, path: Any) -> list[Path]:
+        """mkdir -p; returns the folders it created (a concurrent run's are not ours)."""
+        missing, p = [], Path(path)
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        made = []
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue
+            made.append(d)
+        return made
+
+    def contain(self, path: Any, what: str) -> Path:
+        path = Path(os.path.abspath(path))
+        rel = os.path.relpath(path, self.root)
+        if rel == ".":
+            return path
+        if rel == ".." or rel.startswith(".." + os.sep):
+            raise UnsafeOutputError(f"{path}: {what} lies outside the output {self.root}; names and "
+                                    "metadata paths must stay inside it")
+        return inside(self.root, *Path(rel).parts, what=what)
+
+    def within(self, path: Any) -> Path | None:
+        """``path`` if it resolves inside the root, else None."""
+        path = Path(os.path.abspath(path))
+        return path if is_within(real(path), real(self.root)) else None
+
+    def rel(self, path: Any) -> str:
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def never_delete(self, path: Any) -> None:
+        never_delete(Path(path))
+
+    def delete(self, path: Any) -> None:
+        path = Path(path)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+    def discard(self, path: Any) -> None:
+        """Rollback: remove what this run made, errors ignored (it may be gone already)."""
+        path = Path(path)
+        never_delete(path)  # made by this run, so never one of these; checked all the same
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+    def prepare(self) -> list[Path]:
+        """Before a claim: the root and its bookkeeping folder exist; returns the folders made."""
+        return self.make_dirs(self.root) + self.make_dirs(self.bookkeeping)
+
+
+class BucketPlace:
+    noun = "prefix"
+    FOREIGN = ("this prefix holds objects zarrmill did not create; zarrmill writes only into new or empty prefixes "
+               "(or stores it created): choose a new output prefix")
+
+    def __init__(self, root: Any, inputs: Iterable[Any]):
+        self.root = as_location(str(root).rstrip("/"))
+        self.inputs = [as_location(p) for p in inputs if is_remote(p)]
+        self.bookkeeping = bookkeeping_of(self.root)
+        self.meta, self.store = ObjectBackend(self.bookkeeping), ObjectBackend(self.root)
+        self._first: list[str] | None = None  # the first keys under the prefix, listed once by check_root()
+        self._conditional_checked = False
+
+    def check_root(self, in_place: bool) -> None:
+        self._first = probe_prefix(self.root, 2)  # access on the output prefix, and its emptiness, in one LIST
+        if self.root.fs.isfile(key_of(self.root)):
+            raise UnsafeOutputError(f"{self.root}: is an object, not a store prefix; choose another output")
+        if in_place and not self.has_content():
+            raise InputNotFoundError(f"{self.root}: holds no objects; this step adds to an existing store")
+
+    def overlaps(self) -> list[tuple[Any, bool, bool, bool]]:
+        root = str(self.root) + "/"
+        return [(inp, src == root, root.startswith(src), src.startswith(root))
+                for inp, src in ((i, str(i).rstrip("/") + "/") for i in self.inputs)]
+
+    def has_content(self) -> bool:
+        """Objects under the prefix other than its claim (one LIST of two keys; once per check)."""
+        first = self._first if self._first is not None else probe_prefix(self.root, 2)
+        self._first = None  # later calls list again: the store changes as the step writes
+        return any(k != f"{key_of(self.root)}/{CLAIM_FILE}" for k in first)
+
+    def entries(self, node: Any) -> list[Any]:
+        """The children of a node (one listing), the store's claim left out."""
+        base = key_of(node) + "/"
+        names = sorted({k[len(base):].split("/", 1)[0] for k in keys_under(node) if k.startswith(base)} - {CLAIM_FILE})
+        return [as_location(str(node).rstrip("/")) / name for name in names]
+
+    def is_empty(self, node: Any) -> bool:
+        return not keys_under(node)
+
+    def exists(self, node: Any) -> bool:
+        return has_objects(node)
+
+    def make_dirs(self, path: Any) -> list[Any]:
+        """No folders in a bucket; a prefix that holds nothing yet is remembered for rollback."""
+        return [] if has_objects(path) else [as_location(str(path).rstrip("/"))]
+
+    def contain(self, path: Any, what: str) -> Any:
+        path = as_location(str(path).rstrip("/"))
+        text, root = str(path), str(self.root)
+        rel = text[len(root):].lstrip("/") if text.startswith(root) else None
+        if text != root and (rel is None or not text.startswith(root + "/") or ".." in rel.split("/")):
+            raise UnsafeOutputError(f"{path}: {what} lies outside the output {self.root}; names and metadata paths "
+                                    "must stay inside it")
+        return path
+
+    def within(self, path: Any) -> Any:
+        try:
+            return self.contain(path, "path")
+        except UnsafeOutputError:
+            return None
+
+    def rel(self, path: Any) -> str:
+        return str(path)[len(str(self.root)):].strip("/") or "."
+
+    def never_delete(self, path: Any) -> None:
+        """A bucket has no /, home or current folder."""
+
+    def delete(self, path: Any) -> None:
+        delete_keys(self.root, keys_under(path))
+
+    def discard(self, path: Any) -> None:
+        try:
+            self.delete(path)
+        except OSError:
+            pass  # a server that is gone cannot be cleaned now; the rerun resumes
+
+    def prepare(self) -> list[Any]:
+        """Before a claim, once per guard: does the server refuse a second create-only put of one
+        key? (No folders to make: the prefix is made by the objects put under it.)"""
+        import uuid
+
+        from ...errors import warn
+
+        if self._conditional_checked:
+            return []
+        self._conditional_checked = True
+        probe = f"probe-{uuid.uuid4().hex}"
+        self.meta.create(probe, b"1")
+        try:
+            if self.meta.create(probe, b"2"):
+                warn(self.root, "this S3 server ignores conditional writes (If-None-Match): two runs started at the "
+                                "same instant on this output are not kept apart; run one at a time")
+        finally:
+            self.meta.delete([probe])
+        return []
+
+
+def bookkeeping_of(root: Any) -> Any:
+    """Where zarrmill keeps a store's bookkeeping: ``.<name>.zarrmill`` beside it, in its folder or
+    its bucket prefix."""
+    if is_remote(root):
+        root = as_location(str(root).rstrip("/"))
+        return root.parent / f".{root.name}{MARKER_SUFFIX}"
+    return bookkeeping_dir(root)
+
+
+def place_of(root: Any, inputs: Iterable[Any] = ()) -> DiskPlace | BucketPlace:
+    return BucketPlace(root, inputs) if is_remote(root) else DiskPlace(root, inputs)
