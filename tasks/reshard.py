@@ -30,38 +30,19 @@ from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
 from .errors import InputError
-from .io.storage.arrays import (
-    ArraySpec,
-    Codec,
-    ensure_array,
-    ensure_group,
-    group_regions,
-    open_for_write,
-    open_input_array,
-    write_region,
-)
+from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
+                                open_input_array, write_region)
 from .io.storage.guard import OutputGuard
-from .io.storage.location import as_location, location_key
+from .io.storage.location import as_location, location_key, zarr_url
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
-from .io.ngff.metadata import (
-    NGFF_FORMATS,
-    ImageMeta,
-    Level,
-    level_index,
-    member_path,
-    read_attrs,
-    read_image,
-    write_image_metadata,
-    write_plate_metadata,
-    write_well_metadata,
-)
+from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, member_path, read_attrs, read_image,
+                                write_image_metadata, write_plate_metadata, write_well_metadata)
 from .io.ngff.overview import OverviewLayout, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.budget import holds
 from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
-from .io.storage.location import zarr_url
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
