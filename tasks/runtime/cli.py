@@ -163,12 +163,13 @@ def _libraries_log_to_a_file() -> None:
         def format(self, record: logging.LogRecord) -> str:
             return redact(super().format(record))
 
+    class FolderOnFirstRecord(logging.FileHandler):
+        def _open(self):  # the folder and file appear only when a library logs something
+            os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
+            return super()._open()
+
     path = runs_root() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler: logging.Handler = logging.FileHandler(path, delay=True, encoding="utf-8")
-    except OSError:
-        handler = logging.NullHandler()
+    handler = FolderOnFirstRecord(path, delay=True, encoding="utf-8")
     handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in LIBRARY_LOGGERS:
         logger = logging.getLogger(name)

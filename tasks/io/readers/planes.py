@@ -68,7 +68,7 @@ def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
     try:
         with tifffile.TiffFile(path) as tf:
             if len(tf.pages) == 0:
-                raise InputError(f"{path}: cannot read an image from it: the TIFF's first page offset points nowhere "
+                raise InputError(f"{path}: cannot read image header: the TIFF's first page offset points nowhere "
                                  "(the file is truncated or damaged); export it again")
             page = tf.pages[0]
             if (len(tf.pages) != 1 or page.compression != 1 or not page.is_contiguous or page.predictor != 1
@@ -109,7 +109,7 @@ def plane_header(path: str | Path) -> tuple[tuple[int, int], str]:
 
         with tifffile.TiffFile(path) as tf:
             if len(tf.pages) == 0:
-                raise InputError(f"{path}: cannot read an image from it: the TIFF's first page offset points nowhere "
+                raise InputError(f"{path}: cannot read image header: the TIFF's first page offset points nowhere "
                                  "(the file is truncated or damaged); export it again")
             page = tf.pages[0]
             shape = tuple(s for s in page.shape if s != 1)
