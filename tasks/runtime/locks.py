@@ -4,8 +4,9 @@ the storage backend (io/storage/backend.py), for a folder (local, NFS, Lustre, F
 bucket prefix alike.
 
 A lock is a key created exclusively with its whole content: holder host, pid, a token and the time
-of its last heartbeat. The holder rewrites it every ``heartbeat`` seconds, only if it is still the
-version it wrote last (a lease). A lock whose holder is dead (same host, pid gone) or whose
+of its last heartbeat. The holder renews it every ``heartbeat`` seconds, only if it is still the
+version it renewed last (a lease): a bucket's object is rewritten with ``If-Match``; a file is
+touched, never rewritten (a disk has no conditional rename that could not replace a taker's lock). A lock whose holder is dead (same host, pid gone) or whose
 heartbeat is older than ``stale_after`` may be taken over. Taking over is serialised by a second
 exclusive key, ``<lock>.takeover``: only its holder may judge the lock stale again, remove it and
 create its own, so two takers can never both win, and a fresh lock created meanwhile by a plain
@@ -85,8 +86,8 @@ class Lease:
             return version.age > min(self.stale_after, UNREADABLE_GRACE)
         if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
             return True
-        beat = info.get("beat")
-        age = time.time() - float(beat) if isinstance(beat, (int, float)) else version.age
+        beat = info.get("beat")  # the holder's clock; the storage's own time says when it was last renewed
+        age = min(time.time() - float(beat), version.age) if isinstance(beat, (int, float)) else version.age
         return age > self.stale_after
 
     def acquire(self) -> None:
@@ -138,7 +139,7 @@ class Lease:
             if held is not None or self.backend.stat(self.name) is None:
                 self._lost.set()  # another run's lock, or none at all: this run no longer holds it
             return
-        if self._version is not None and self.backend.replace(self.name, self._doc(), if_version=self._version):
+        if self._version is not None and self.backend.renew(self.name, self._doc(), if_version=self._version):
             version = self.backend.stat(self.name)
             self._version = version.token if version else None
         else:  # changed since our last write (another holder's write raced ours): judged at the next beat

@@ -42,6 +42,7 @@ class Backend(Protocol):
     def read(self, key: str) -> bytes | None: ...
     def stat(self, key: str) -> Version | None: ...
     def replace(self, key: str, data: bytes, if_version: str | None = None) -> bool: ...
+    def renew(self, key: str, data: bytes, if_version: str) -> bool: ...
     def any_under(self, prefix: str) -> bool: ...
     def keys(self, prefix: str = "") -> list[str]: ...
     def delete(self, keys: Iterable[str]) -> None: ...
@@ -114,6 +115,16 @@ class DiskBackend:
             if now is None or now.token != if_version:
                 return False
         atomic_write_bytes(self.path(key), data)
+        return True
+
+    def renew(self, key: str, data: bytes, if_version: str) -> bool:
+        """A lease's heartbeat: its modification time, if it is still that version. The content is
+        never rewritten on disk: a check-then-rename could replace another run's lock created in
+        between; a touch at worst freshens it."""
+        now = self.stat(key)
+        if now is None or now.token != if_version:
+            return False
+        os.utime(self.path(key))
         return True
 
     def any_under(self, prefix: str) -> bool:
