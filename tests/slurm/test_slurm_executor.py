@@ -291,7 +291,11 @@ def test_a_worker_over_its_memory_is_named_in_the_failure(cli, slurm, tmp_path, 
     import dask.config
     import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
 
-    prologue = ["export DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False"] if who == "slurm" else []
+    # dask's nanny polls every 100 ms while the unit grows 80 MB a poll: its default terminate point
+    # (95 % of 600 MB) left one poll's margin before SLURM's hard limit, a race a loaded machine lost
+    # (SLURM killed first); at 60 % it has three polls' margin, and the worker idles far below it
+    prologue = ["export DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False"] if who == "slurm" else [
+        "export DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=0.6"]
     executor = slurm_executor(slurm, tmp_path, jobs=1, memory="600MB", job_script_prologue=prologue)
     executor["retries"] = 0
     wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
