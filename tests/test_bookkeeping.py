@@ -135,3 +135,27 @@ def test_a_claim_without_its_marker_proves_nothing_and_a_marker_without_a_claim_
     (out / ".zarrmill-claim").write_bytes(claim)
     shutil.rmtree(bookkeeping(out))
     assert not OutputGuard(out).owned()  # the claim alone
+
+
+def test_a_resume_removes_temp_files_only_where_zarrmill_may_delete(tmp_path):
+    """Resuming a step that adds to someone else's store (pyramid levels) removes a killed unit's
+    temp files under the nodes zarrmill created, never a file of that name in the owner's nodes."""
+    from zarrmill.runtime.resume import remove_partial_files
+
+    store = tmp_path / "theirs.zarr"
+    foreign_store(store)
+    theirs = store / "data" / "c" / "stray.partial"
+    theirs.parent.mkdir(parents=True, exist_ok=True)
+    theirs.write_bytes(b"the owner's tool keeps this")
+    guard = OutputGuard(store, [store], in_place=True)
+    guard.claim("pyramid")
+    level = guard.will_create(store / "1")
+    level.mkdir()
+    ours = level / "chunk.0123abcd.partial"
+    ours.write_bytes(b"half a chunk")
+    kept = bookkeeping(store) / "steps" / "pyramid" / "step.json.0123abcd.partial"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"half a record")
+    remove_partial_files(guard)
+    assert theirs.read_bytes() == b"the owner's tool keeps this"
+    assert not ours.exists() and not kept.exists()

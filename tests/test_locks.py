@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from zarrmill.runtime.history import History
-from zarrmill.runtime.locks import DatasetLock, Locked
+from zarrmill.runtime.locks import DatasetLock, Locked, process_space
 
 TAKERS = 30
 
@@ -25,7 +25,8 @@ def _dead_pid() -> int:
 
 
 def _leave_stale_lock(path: Path) -> None:
-    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead", "since": 0}))
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead", "since": 0,
+                                "space": process_space()}))
 
 
 def _locks(tmp_path: Path) -> Path:
@@ -187,3 +188,39 @@ def test_the_heartbeat_rides_out_storage_errors_and_notices_a_takeover(tmp_path)
         lock.check()
     lock.release()
     assert json.loads(path.read_text())["token"] == "theirs"
+
+
+def test_a_holder_on_another_node_with_the_same_host_name_is_never_judged_dead(tmp_path):
+    """Containers and nodes may all call themselves the same (``localhost``): a pid that is not
+    alive here says nothing about a holder in another kernel or pid namespace. Only its heartbeat's
+    age can make it stale."""
+    import time
+
+    path = _locks(tmp_path) / "x.lock"
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "theirs",
+                                "beat": time.time(), "space": "another-boot/pid:[4026531836]"}))
+    assert _try(path) is None
+    assert json.loads(path.read_text())["token"] == "theirs"
+
+
+def test_a_create_without_hard_links_leaves_nothing_when_its_write_fails(tmp_path, monkeypatch):
+    """The O_EXCL fallback (FAT, FUSE): a failed write removes the file it just made, names it in
+    the error, and never touches a file that was already there."""
+    import errno
+
+    from zarrmill.io.storage.backend import DiskBackend
+
+    backend = DiskBackend(_locks(tmp_path))
+    backend._links = False  # as on a file system that refused link()
+    (backend.root / "held").write_text("someone's")
+    assert not backend.create("held", b"mine")
+    assert (backend.root / "held").read_text() == "someone's"
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("zarrmill.io.storage.backend.os.fsync", full)
+    with pytest.raises(OSError) as err:
+        backend.create("new", b"mine")
+    assert err.value.filename == str(backend.root / "new")
+    assert sorted(p.name for p in backend.root.iterdir()) == ["held"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, forget_ownership
 
+from zarrmill.runtime.locks import process_space
 from zarrmill.io.ngff.conformance import check_store
 from zarrmill.runtime.history import History
 from zarrmill.runtime.provenance import read_provenance
@@ -102,7 +103,8 @@ def test_lock_left_by_a_killed_run_is_taken_over(cli, tmp_path):
     dead.wait()
     lock = tmp_path / "out" / ".zarrmill-state" / "locks" / "plate1.lock"
     lock.parent.mkdir(parents=True)
-    lock.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "token": "x", "since": 0}))
+    lock.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "token": "x", "since": 0,
+                                "space": process_space()}))
     code, out, err = cli("run", WORKFLOW, *sets(tmp_path))
     assert code == 0, err
     assert "taking over stale lock plate1.lock" in out

@@ -184,8 +184,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     rec.state = "planning"
     guard.make_dirs(ledger.dir)
     if resume and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
-        remove_partial_files(root)
-        remove_partial_files(guard.bookkeeping)
+        remove_partial_files(guard)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     lock.check()
     units = task.plan(params, ctx)  # a failure here is rolled back by run_step

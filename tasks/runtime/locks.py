@@ -16,7 +16,9 @@ takeovers for ``takeover_stale`` seconds, no more.
 The heartbeat rides out transient storage errors (it retries at the next beat); it stops for good
 only when the lock names another holder, and then :meth:`Lease.lost` is true: the engine checks it
 between units and stops the step with one line before it writes anything more. Heartbeats come from
-each host's clock: hosts whose clocks differ by more than ``stale_after`` misjudge them."""
+each host's clock: hosts whose clocks differ by more than ``stale_after`` misjudge them. The host
+name in a lock is for people; a dead holder is recognised by its pid only from the same kernel boot
+and pid namespace (:func:`process_space`)."""
 from __future__ import annotations
 
 import json
@@ -62,7 +64,7 @@ class Lease:
 
     def _doc(self) -> bytes:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
-                           "beat": time.time()}).encode()
+                           "beat": time.time(), "space": process_space()}).encode()
 
     def _create(self, name: str) -> bool:
         return self.backend.create(name, self._doc())
@@ -84,8 +86,9 @@ class Lease:
             return True
         if info is None:  # empty or torn: a holder writing it this instant, or one that died while writing
             return version.age > min(self.stale_after, UNREADABLE_GRACE)
-        if info.get("host") == socket.gethostname() and not _pid_alive(int(info.get("pid", -1))):
-            return True
+        if process_space() and info.get("space") == process_space() and not _pid_alive(int(info.get("pid", -1))):
+            return True  # a holder this kernel can see, and it is gone
+
         beat = info.get("beat")  # the holder's clock; the storage's own time says when it was last renewed
         age = min(time.time() - float(beat), version.age) if isinstance(beat, (int, float)) else version.age
         return age > self.stale_after
@@ -177,6 +180,19 @@ class DatasetLock(Lease):
         self.path = Path(path)
         self.takeover_path = self.path.with_name(self.path.name + ".takeover")
         super().__init__(DiskBackend(self.path.parent), self.path.name, **kw)
+
+
+def process_space() -> str:
+    """Which processes a pid names here: this boot of this kernel and this pid namespace. A lock's
+    holder is judged dead by its pid only from the same space; host names may repeat across
+    nodes and containers (``localhost``), and another node's pid means nothing here. '' where
+    Linux does not say (then only the heartbeat's age decides)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
 
 
 def _pid_alive(pid: int) -> bool:

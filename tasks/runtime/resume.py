@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
 from ..errors import OutputExistsError
-from ..io.storage.guard import OutputGuard
+from ..io.storage.guard import OutputGuard, remove_bookkeeping
 from ..io.storage.location import location_key
 from .ledger import Ledger, StepRecord, diff_params, params_hash
 
@@ -77,16 +77,20 @@ def prepare_output(step: str, guard: OutputGuard, ledger: Ledger, old: StepRecor
 TEMP_SUFFIXES = (".partial", ".__lock")
 
 
-def remove_partial_files(root: Path) -> None:
+def remove_partial_files(guard: OutputGuard) -> None:
     """An interrupted run can leave temp files (a chunk, shard or file being written when the
     process was killed); the units that wrote them are not done and rewrite their files, so the
-    temp files are garbage. Only walked when resuming an interrupted step."""
-    for dirpath, _, names in os.walk(root):
+    temp files are garbage. Only walked when resuming an interrupted step, and each goes through
+    the guard: in a store zarrmill does not own (a step adding levels), only those under nodes it
+    created; in the bookkeeping beside the store, zarrmill's own."""
+    for dirpath, _, names in os.walk(guard.root):
+        for name in names:
+            path = Path(dirpath) / name
+            if name.endswith(TEMP_SUFFIXES) and guard.may_replace(path):
+                guard.remove(path)
+    for dirpath, _, names in os.walk(guard.bookkeeping):
         for name in names:
             if name.endswith(TEMP_SUFFIXES):
-                try:
-                    os.unlink(os.path.join(dirpath, name))
-                except FileNotFoundError:
-                    pass
+                remove_bookkeeping(Path(dirpath) / name)
 
 

@@ -104,7 +104,7 @@ class DiskBackend:
             st = os.stat(self.path(key))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return Version(f"{st.st_mtime_ns}-{st.st_size}-{st.st_ino}", time.time() - st.st_mtime)
+        return Version(f"{st.st_mtime_ns}-{st.st_size}", time.time() - st.st_mtime)
 
     def replace(self, key: str, data: bytes, if_version: str | None = None) -> bool:
         """Whole content through a rename; ``if_version``: only if unchanged since that version

@@ -91,8 +91,8 @@ class OutputGuard:
     def seal(self) -> None:
         """A step finished and wrote the store's provenance (with :meth:`owner_id`): the store now
         names its owner itself, and its claim file goes."""
-        if self.owned() and not self.in_place:
-            self.ownership.seal()
+        if self.owned() and not self.in_place and self.ownership.claim_redundant():
+            self.remove(self.root / CLAIM_FILE)
 
     # -- claiming and creating -----------------------------------------------------------------
     def claim(self, step: str) -> None:

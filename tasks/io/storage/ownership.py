@@ -77,11 +77,11 @@ class Ownership:
         self._owned = True
         return [CLAIM_FILE]
 
-    def seal(self) -> None:
-        """The store's provenance now names the marker's id: the claim file is no longer needed."""
+    def claim_redundant(self) -> bool:
+        """The store's provenance names the marker's id and the claim file is still there: the
+        guard may remove the claim (seal)."""
         ident = self.owner_id()
-        if ident is not None and provenance_owner(self.root) == ident and self.store.read(CLAIM_FILE) is not None:
-            self.store.delete([CLAIM_FILE])
+        return ident is not None and provenance_owner(self.root) == ident and self.store.read(CLAIM_FILE) is not None
 
     def unseal(self) -> None:
         """Before an owned store is emptied (its provenance goes with it), the claim comes back."""

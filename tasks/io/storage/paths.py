@@ -113,10 +113,7 @@ def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
 
 
 def _is_bookkeeping(path: Path) -> bool:
-    """Inside a store's bookkeeping folder, a store's claim file, or in (or two levels below) a
-    folder carrying a marker."""
-    if path.name == CLAIM_FILE and not path.is_dir():
-        return True
+    """Inside a store's bookkeeping folder, or in (or two levels below) a folder carrying a marker."""
     if any(is_bookkeeping_name(p.name) for p in path.parents):
         return True
     return any((folder / marker).is_file() for folder in (path, path.parent, path.parent.parent)
