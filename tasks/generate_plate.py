@@ -28,6 +28,7 @@ class _HtdExport:
     finish = staticmethod(metaxpress.finish_htd)
 
 
+SPARSE_FORMATS = ("cellvoyager", "operetta", "metaxpress", "imagexpress")
 WRITERS: dict[str, ModuleType | type] = {"cellvoyager": cellvoyager, "cq": cq, "metaxpress": metaxpress,
                                          "imagexpress": _HtdExport, "hcsai": hcsai, "operetta": operetta,
                                          "scanr": scanr}
@@ -59,6 +60,13 @@ class Params(TaskParams):
     blobs_per_field: int = Field(60, ge=0, le=MAX_COUNT)
     blob_radius: float = Field(12.0, gt=0, le=MAX_INDEX)
     seed: Seed = 0
+    sparse: Literal["no", "mixed", "qc"] = Field(
+        "no", description="cellvoyager, operetta, metaxpress, imagexpress: which channels and time points each well "
+        "is imaged with. no: all; mixed: every other well one channel of its own, every third well one time point; "
+        "qc: each well one channel at its own time point (an illumination or QC plate)")
+    failed_fields: int = Field(0, ge=0, le=MAX_COUNT, description="cellvoyager, operetta, metaxpress, imagexpress: "
+                               "the last field of this many wells was not imaged (cellvoyager: an ERR record, "
+                               "autofocus failed)")
 
     def fields(self) -> list[FieldSpec]:
         return layout(self.wells, (self.grid[0], self.grid[1]), (self.shape[0], self.shape[1]),
@@ -68,12 +76,15 @@ class Params(TaskParams):
     def _check(self) -> "Params":
         if self.projections and (self.format not in ("cq", "metaxpress", "imagexpress") or self.z_planes < 2):
             raise ValueError("projections is for cq, metaxpress and imagexpress stacks (z_planes > 1)")
+        if (self.sparse != "no" or self.failed_fields) and self.format not in SPARSE_FORMATS:
+            raise ValueError(f"sparse and failed_fields are for {', '.join(SPARSE_FORMATS)}")
         return self
 
     def spec(self) -> PlateSpec:
         return PlateSpec(self.plate, (self.plate_shape[0], self.plate_shape[1]), self.channels, self.z_planes,
                          self.z_step, self.pixel_size, (self.shape[0], self.shape[1]), self.dtype, self.projections,
-                         self.seed, self.timepoints)
+                         self.seed, self.timepoints, tuple(self.wells), self.sparse, self.failed_fields,
+                         self.grid[0] * self.grid[1])
 
     def well_canvas(self) -> tuple[int, int, int]:
         return (self.z_planes, self.grid[0] * self.shape[0] + 100, self.grid[1] * self.shape[1] + 100)
@@ -86,12 +97,17 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 def run_unit(p: Params, unit: Unit) -> int:
     fs = p.fields()[unit["field"]]
+    spec = p.spec()
+    if spec.failed(fs.well, fs.index):
+        return 0  # the instrument wrote no image of it
     n_blobs = p.blobs_per_field * p.grid[0] * p.grid[1]
     written = 0
-    for t in range(p.timepoints):  # time point 0 keeps the seed: a single time point is what it always was
+    for t in spec.times_of(fs.well):  # time point 0 keeps the seed: a single time point is what it always was
+        # a channel the well was not imaged with has no pixels (None): writers skip it
         pixels = [render_field(fs, p.well_canvas(), (p.shape[0], p.shape[1]), p.z_planes, c, p.dtype,
-                               p.seed + 104_729 * t, n_blobs, p.blob_radius) for c in range(p.channels)]
-        written += WRITERS[p.format].write_field(Path(p.output), p.spec(), fs, pixels, t)
+                               p.seed + 104_729 * t, n_blobs, p.blob_radius) if spec.acquired(fs.well, t, c) else None
+                  for c in range(p.channels)]
+        written += WRITERS[p.format].write_field(Path(p.output), spec, fs, pixels, t)
     return written
 
 

@@ -167,9 +167,18 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     validate_files(p, acq)
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)
+    root = p.output_path()
+    ensure_group(root, NGFF_FORMATS[p.ngff_version], ctx)
+    units: list[Unit] = []
+    for part in acq.parts():  # wells imaged alike: each its own channels and time points
+        units += _plan_fields(p, part, ctx)
+    return units
+
+
+def _plan_fields(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+    """The field images of one plate acquisition (``Acquisition.parts``) and the units writing them."""
     spec = _plate_spec(p, acq)
     root = p.output_path()
-    ensure_group(root, spec.zarr_format, ctx)
     units = []
     plane = math.prod(acq.image_shape_yx) * np.dtype(acq.dtype).itemsize
     stack = plane * min(acq.n_z, max(1, BATCH_BYTES // plane))  # the planes one write holds (run_unit)
@@ -186,7 +195,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         for t in range(acq.n_t):
             files = [[pl.c, pl.z, pl.path] for pl in planes if pl.t == t]
             units.append({"id": f"{path}/t{t}", "field": path, "t": t, "planes": files,
-                          "has_t": acq.n_t > 1, "missing_ok": p.missing == "zeros",
+                          "has_t": acq.has_t, "missing_ok": p.missing == "zeros",
                           "memory": int(stack * REGION_COPIES)})
     return units
 
@@ -230,8 +239,19 @@ def finish(p: Params, ctx: PlanContext) -> None:
     if p.layout == "well":
         return ingest_wells.finish(p, acq, ctx.guard)
     root = p.output_path()
-    origins = well_origins(acq)
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
+    parts = acq.parts()
+    images: dict[str, int] = {}  # field path -> its plate acquisition
+    for part in parts:
+        images.update(dict.fromkeys(_finish_fields(p, part, missing), part.acquisition_id))
+    field_count = max(len(f) for f in acq.wells().values())
+    write_plate(root, acq, p.ngff_version, images, field_count, parts)
+
+
+def _finish_fields(p: Params, acq: Acquisition, missing: set[str]) -> list[str]:
+    """Metadata of one plate acquisition's field images (windows from its own channels); their paths."""
+    root = p.output_path()
+    origins = well_origins(acq)
     fields = acq.fields()
     paths = [field_path(r, c, f, acq) for (r, c, f) in fields]
     arrays = [zarr.open_array(zarr_url(root / path / "0"), mode="r") for path in paths]
@@ -246,8 +266,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
             meta = _field_meta(p, acq, root / path, levels)
             levels = pyramid.pyramid_levels(_pyramid_params(p), meta, field_shape(acq))
         write_field_image(root / path, acq, p.ngff_version, levels, windows, extra)
-    field_count = max(len(f) for f in acq.wells().values())
-    write_plate(root, acq, p.ngff_version, paths, field_count)
+    return paths
 
 
 # -- single image files ----------------------------------------------------------------------------

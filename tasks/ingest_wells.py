@@ -26,6 +26,7 @@ from .io.ngff.hcs import (
     field_path,
     field_shape,
     omero,
+    plate_acquisitions,
     well_origins,
     windows_from_samples,
 )
@@ -45,10 +46,30 @@ def reshard_params(p: Params) -> reshard.Params:
                           overview_size=p.overview_size, codec=p.codec, volume_mb=p.volume_mb)
 
 
-def acquisition_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None = None
+def acquisition_wells(p: Params, acq: Acquisition, missing: set[str] | None = None
                       ) -> tuple[dict[str, Any], list[reshard.Well], str]:
     """(plate dict as the NGFF plate metadata has it, wells with their FOVs, NGFF version): what
-    reshard would read back from the per-FOV plate ingest writes with ``layout: fov``."""
+    reshard would read back from the per-FOV plate ingest writes with ``layout: fov``. Each plate
+    acquisition (``Acquisition.parts``) keeps its own channels; with ``missing`` given (finish), each
+    well carries its omero windows, sampled from the source files."""
+    parts = acq.parts()
+    wells: list[reshard.Well] = []
+    entries = []
+    for part in parts:
+        windows = source_windows(part, missing) if missing is not None else None
+        for (row, col), well in _part_wells(p, part, windows).items():
+            wells.append(well)
+            entries.append({"path": well.path, "rowIndex": row - 1, "columnIndex": col - 1})
+    plate = {"name": acq.name, "acquisitions": plate_acquisitions(parts),
+             "rows": [{"name": acq.row_label(r)} for r in range(1, acq.n_rows + 1)],
+             "columns": [{"name": acq.col_label(c)} for c in range(1, acq.n_cols + 1)],
+             "wells": entries}
+    return plate, reshard.one_canvas(wells), p.ngff_version
+
+
+def _part_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, float, float]] | None
+                ) -> dict[tuple[int, int], reshard.Well]:
+    """The wells of one plate acquisition, their FOVs placed by stage position."""
     axes = field_axes(acq)
     lead_shape = field_shape(acq)[:len(axes) - 3]
     origins = well_origins(acq)
@@ -62,17 +83,13 @@ def acquisition_wells(p: Params, acq: Acquisition, windows: list[tuple[float, fl
         fovs.append(Fov(f"FOV_{len(fovs) + 1}", field_path(row, col, fld, acq), tuple(level.translation[-3:]),
                         (acq.n_z,) + tuple(acq.image_shape_yx),
                         extra={"dtype": acq.dtype, "planes": [[pl.t, pl.c, pl.z, pl.path] for pl in planes]}))
-    wells = []
+    wells = {}
     for (row, col), fovs in by_well.items():
         path = f"{acq.row_label(row)}/{acq.col_label(col)}"
         meta = ImageMeta(p.output_path() / path / p.image_name, p.ngff_version, make_axes(axes), [], attrs)
-        wells.append(reshard.Well(path, meta, scale, fovs, np.dtype(acq.dtype), lead_shape, p.overlap))
-    plate = {"name": acq.name, "acquisitions": [{"id": 0, "name": acq.name}],
-             "rows": [{"name": acq.row_label(r)} for r in range(1, acq.n_rows + 1)],
-             "columns": [{"name": acq.col_label(c)} for c in range(1, acq.n_cols + 1)],
-             "wells": [{"path": w.path, "rowIndex": r - 1, "columnIndex": c - 1}
-                       for w, (r, c) in zip(wells, by_well)]}
-    return plate, reshard.one_canvas(wells), p.ngff_version
+        wells[(row, col)] = reshard.Well(path, meta, scale, fovs, np.dtype(acq.dtype), lead_shape, p.overlap,
+                                         acquisition=acq.acquisition_id)
+    return wells
 
 
 def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
@@ -116,9 +133,10 @@ def _file_reader(missing_ok: bool) -> reshard.FovReader:
 
 def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
     missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
-    plate, wells, version = acquisition_wells(p, acq, source_windows(acq, missing))
+    plate, wells, version = acquisition_wells(p, acq, missing)
     rp = reshard_params(p)
-    planes_of = {field_path(row, col, fld, acq): planes for (row, col, fld), planes in acq.fields().items()}
+    planes_of = {field_path(row, col, fld, part): planes
+                 for part in acq.parts() for (row, col, fld), planes in part.fields().items()}
     for well in wells:  # provenance first: the well and plate metadata finish_wells writes come last
         info = []
         for fov in well.fovs:

@@ -29,7 +29,7 @@ import zarr
 from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
-from .errors import InputError
+from .errors import InputError, warn
 from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
@@ -113,8 +113,8 @@ class Well:
     the axes, pixel size (``scale``: the FOV level used) and omero; ``fovs`` are not placed yet."""
 
     def __init__(self, path: str, meta: ImageMeta, scale: list[float], fovs: list[Fov], dtype: np.dtype,
-                 lead_shape: tuple[int, ...], overlap: Policy):
-        self.path, self.meta, self.level_scale = path, meta, list(scale)
+                 lead_shape: tuple[int, ...], overlap: Policy, acquisition: int = 0):
+        self.path, self.meta, self.level_scale, self.acquisition = path, meta, list(scale), acquisition
         self.dtype, self.lead_shape = np.dtype(dtype), tuple(lead_shape)
         self.spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
         self.scale = tuple(scale[i] for i in self.spatial)
@@ -158,7 +158,9 @@ class Well:
 def read_well(p: Params, path: str) -> Well:
     """The FOV images a well of the input plate lists (level ``p.level`` of each), checked alike."""
     attrs, _ = read_attrs(member_path(as_location(p.input), path, "plate well path"))
-    images = [im.get("path") for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
+    listed = [im for im in attrs.get("well", {}).get("images", []) if isinstance(im, dict)]
+    images = [im.get("path") for im in listed if im.get("path") != p.image_name]
+    acquisition = next((im["acquisition"] for im in listed if isinstance(im.get("acquisition"), int)), 0)
     for im in images:
         member_path(as_location(p.input) / path, im, "well image path")
     if not images:
@@ -177,7 +179,7 @@ def read_well(p: Params, path: str) -> Well:
         tr = own.translation or [0.0] * len(names)
         fovs.append(Fov(f"FOV_{i + 1}", f"{path}/{im}", tuple(tr[k] for k in spatial),
                         tuple(arr.shape[k] for k in spatial), extra={"level_path": own.path}))
-    return Well(path, metas[0], ref.scale, fovs, dtype, lead, p.overlap)
+    return Well(path, metas[0], ref.scale, fovs, dtype, lead, p.overlap, acquisition)
 
 
 def _check_same(meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level, spatial: list[int],
@@ -203,11 +205,14 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
 
 
 def one_canvas(wells: list[Well]) -> list[Well]:
-    """One canvas size for every well (zero-padded), so plate viewers can tile wells on a grid."""
-    if len({len(w.shape) for w in wells}) == 1:
-        common = tuple(max(sizes) for sizes in zip(*[w.shape for w in wells]))
+    """One canvas size (z, y, x) for every well (zero-padded), so plate viewers can tile wells on a
+    grid; each well keeps its own channels and time points (a sparse plate's wells differ there)."""
+    spatial = {len(w.spatial) for w in wells}
+    if len(spatial) == 1:
+        n = spatial.pop()
+        common = tuple(max(sizes) for sizes in zip(*[w.shape[-n:] for w in wells]))
         for well in wells:
-            well.shape = common
+            well.shape = well.shape[:-n] + common
     return wells
 
 
@@ -224,9 +229,23 @@ def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: Pla
     units: list[Unit] = []
     for well in wells:
         units += _plan_well(p, well, version, zf, ctx)
-    if p.overview:
+    if p.overview and overview_fits(wells, warn_of=out):
         units += _plan_overview(p, plate, wells, version, ctx)
     return units
+
+
+def overview_fits(wells: list[Well], warn_of: Path | None = None) -> bool:
+    """One overview image needs every well on the same channels and time points; a sparse plate's
+    wells differ there (each its own plate acquisition), so it has none: one warning line."""
+    def channels(well: Well) -> list:
+        return [ch.get("label") for ch in well.meta.attrs.get("omero", {}).get("channels", [])]
+
+    same = len({(w.lead_shape, tuple(w.meta.axis_names)) for w in wells}) == 1 and \
+        all(channels(w) == channels(wells[0]) for w in wells)
+    if not same and warn_of is not None:
+        warn(warn_of, "wells were imaged with different channels or time points; no plate overview "
+                      "(one image needs the same channels in every well)")
+    return same
 
 
 def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -> list[Unit]:
@@ -320,7 +339,7 @@ def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard:
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
                          well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(as_location(p.input).resolve()),
                          guard)
-    if p.overview:
+    if p.overview and overview_fits(wells):
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version)
 
@@ -329,7 +348,7 @@ def _write_wells(p: Params, plate: dict, wells: list[Well], version: str) -> Non
     """Well (and plate) metadata last: the new image is listed only once it is complete."""
     out = p.output_path()
     for well in wells:
-        write_well_metadata(out / well.path, version, [p.image_name])
+        write_well_metadata(out / well.path, version, [p.image_name], well.acquisition)
     write_plate_metadata(out, version, [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
                          [w["path"] for w in plate["wells"]], name=plate.get("name"), field_count=1,
                          acquisitions=plate.get("acquisitions") or [{"id": 0}])

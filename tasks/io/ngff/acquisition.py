@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import string
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -50,6 +50,9 @@ class Acquisition:
     source: str = ""
     well_names: str = "plate"  # "fractal": 1536-well plates named as Fractal names them (Ba/031)
     unlisted: list[str] = field(default_factory=list)  # instrument image files no record names
+    acquisition_id: int = 0  # the NGFF plate acquisition its wells belong to (``parts``)
+    acquisition_name: str = ""
+    time_axis: bool = False  # a t axis even at one time point: another part of the plate has several
     _summary: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def row_label(self, row: int) -> str:
@@ -87,6 +90,12 @@ class Acquisition:
         return self._summarise()[1]
 
     @property
+    def has_t(self) -> bool:
+        """Whether field images carry a t axis: every well of a plate has the same axes (viewers
+        stack wells), so a part with one time point has one when another part has several."""
+        return self.n_t > 1 or self.time_axis
+
+    @property
     def n_c(self) -> int:
         return len(self.channels)
 
@@ -100,6 +109,36 @@ class Acquisition:
     def wells(self) -> Mapping[tuple[int, int], tuple[int, ...]]:
         """(row, col) -> field indices (read-only: shared by every caller)."""
         return self._summarise()[2]
+
+    def parts(self) -> list["Acquisition"]:
+        """The plate split by what each well was imaged with: wells sharing one set of time points,
+        channels and z planes form one part (an NGFF plate acquisition), indexed on their own, so a
+        well carries only its own channels and time points and nothing is zero-filled that was
+        never part of its acquisition. A plate imaged alike everywhere is one part: itself."""
+        seen: dict[tuple[int, int], tuple[set[int], set[int], set[int]]] = defaultdict(lambda: (set(), set(), set()))
+        for p in self.planes:
+            ts, cs, zs = seen[(p.row, p.col)]
+            ts.add(p.t), cs.add(p.c), zs.add(p.z)
+        groups: dict[tuple, set[tuple[int, int]]] = defaultdict(set)
+        for well, sets in sorted(seen.items()):
+            groups[tuple(tuple(sorted(s)) for s in sets)].add(well)
+        if len(groups) <= 1:
+            if not self.acquisition_name:
+                self.acquisition_name = self.name
+            return [self]
+        by_well: dict[tuple[int, int], list[Plane]] = defaultdict(list)
+        for p in self.planes:
+            by_well[(p.row, p.col)].append(p)
+        parts = []
+        for number, ((ts, cs, zs), wells) in enumerate(groups.items()):
+            t_of, c_of, z_of = ({v: i for i, v in enumerate(axis)} for axis in (ts, cs, zs))
+            planes = [replace(p, t=t_of[p.t], c=c_of[p.c], z=z_of[p.z]) for w in sorted(wells) for p in by_well[w]]
+            channels = [self.channels[c] for c in cs]
+            described = ", ".join(ch.label for ch in channels) + (f"; {len(ts)} time points" if len(ts) > 1 else "")
+            parts.append(replace(self, planes=planes, channels=channels, unlisted=list(self.unlisted),
+                                 acquisition_id=number, acquisition_name=f"{self.name} ({described})",
+                                 time_axis=self.n_t > 1))
+        return parts
 
 
 def row_name(row: int) -> str:

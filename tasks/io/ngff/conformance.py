@@ -145,8 +145,21 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
         problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
     if not problems:  # valid by the schemas: does it also open in the readers users have?
         _, ngff = ngff_version(*_node(root)[1:])
-        problems += reader_problems(root, [w.get("path", "") for w in ngff.get("plate", {}).get("wells", [])])
+        wells = [w.get("path", "") for w in ngff.get("plate", {}).get("wells", [])]
+        problems += reader_problems(root, wells, whole_plate=not _sparse(root, wells))
     return problems, checked
+
+
+def _sparse(root: Path, wells: list[str]) -> bool:
+    """A plate whose wells come from different plate acquisitions (each well imaged with its own
+    channels or time points): viewers that stack every well into one array cannot, by design; each
+    well must still open."""
+    ids = set()
+    for well in wells:
+        node = _node(root / well) if _plain_path(well) else None
+        images = ngff_version(*node[1:])[1].get("well", {}).get("images", []) if node else []
+        ids |= {im.get("acquisition") for im in images if isinstance(im, dict)}
+    return len(ids) > 1
 
 
 def well_shape_problems(path: Path, well: dict[str, Any]) -> list[str]:

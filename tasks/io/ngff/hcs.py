@@ -27,11 +27,11 @@ def split_side(size: int, max_side: int = MAX_CHUNK_SIDE) -> int:
 
 
 def field_axes(acq: Acquisition) -> str:
-    return ("t" if acq.n_t > 1 else "") + "czyx"
+    return ("t" if acq.has_t else "") + "czyx"
 
 
 def field_shape(acq: Acquisition) -> tuple[int, ...]:
-    lead = (acq.n_t,) if acq.n_t > 1 else ()
+    lead = (acq.n_t,) if acq.has_t else ()
     return lead + (acq.n_c, acq.n_z) + tuple(acq.image_shape_yx)
 
 
@@ -53,7 +53,7 @@ def well_origins(acq: Acquisition) -> dict[tuple[int, int], tuple[float, float]]
 def field_levels(acq: Acquisition, first: Plane, origin: tuple[float, float]) -> list[Level]:
     """Level 0 transforms: pixel sizes, and the field's top-left corner relative to its well."""
     py, px = acq.pixel_size_yx
-    lead = [1.0] if acq.n_t > 1 else []
+    lead = [1.0] if acq.has_t else []
     scale = lead + [1.0, acq.z_step, py, px]
     translation = [0.0] * len(lead) + [0.0, 0.0, round(first.y_um - origin[0], 6),
                                          round(first.x_um - origin[1], 6)]
@@ -91,20 +91,26 @@ def windows_from_samples(samples: list[list[np.ndarray]], dtype: str) -> list[tu
     return out
 
 
-def write_plate(root: Path, acq: Acquisition, version: str, field_paths: list[str],
-                field_count: int) -> None:
-    """Well metadata for every well, then the plate metadata last (it is what makes the store a plate)."""
-    wells: dict[str, list[str]] = {}
-    for path in field_paths:
+def write_plate(root: Path, acq: Acquisition, version: str, images: dict[str, int], field_count: int,
+                parts: list[Acquisition]) -> None:
+    """Well metadata for every well, then the plate metadata last (it is what makes the store a
+    plate). ``images``: field path -> the plate acquisition (``parts``) it belongs to."""
+    wells: dict[str, list[tuple[str, int]]] = {}
+    for path, acquisition in images.items():
         well, _, image = path.rpartition("/")
-        wells.setdefault(well, []).append(image)
-    for well, images in wells.items():
-        write_well_metadata(root / well, version, images)
+        wells.setdefault(well, []).append((image, acquisition))
+    for well, listed in wells.items():
+        write_well_metadata(root / well, version, [im for im, _ in listed], listed[0][1])
     # The whole plate grid, so viewers place each well at its true plate position.
     rows = [acq.row_label(r) for r in range(1, acq.n_rows + 1)]
     cols = [acq.col_label(c) for c in range(1, acq.n_cols + 1)]
     write_plate_metadata(root, version, rows, cols, list(wells), name=acq.name, field_count=field_count,
-                         acquisitions=[{"id": 0, "name": acq.name}])
+                         acquisitions=plate_acquisitions(parts))
+
+
+def plate_acquisitions(parts: list[Acquisition]) -> list[dict[str, Any]]:
+    """NGFF plate acquisitions: one per part of the plate imaged alike."""
+    return [{"id": part.acquisition_id, "name": part.acquisition_name or part.name} for part in parts]
 
 
 def write_field_image(path: Path, acq: Acquisition, version: str, levels: list[Level],

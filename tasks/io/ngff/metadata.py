@@ -270,9 +270,9 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
     update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
 
 
-def write_well_metadata(path: Path, version: str, images: list[str]) -> None:
-    """The well document: its images, all from acquisition 0."""
-    well: dict[str, Any] = {"images": [{"path": im, "acquisition": 0} for im in images]}
+def write_well_metadata(path: Path, version: str, images: list[str], acquisition: int = 0) -> None:
+    """The well document: its images, all from one plate acquisition."""
+    well: dict[str, Any] = {"images": [{"path": im, "acquisition": acquisition} for im in images]}
     group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["well"] = {**well, "version": version}

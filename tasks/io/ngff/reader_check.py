@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 
-def reader_problems(root: Path, wells: list[str]) -> list[str]:
-    """``wells``: the plate's well paths (each is opened on its own, as a viewer does on a click)."""
+def reader_problems(root: Path, wells: list[str], whole_plate: bool = True) -> list[str]:
+    """``wells``: the plate's well paths (each is opened on its own, as a viewer does on a click);
+    ``whole_plate`` False: a sparse plate (wells of different acquisitions, channels and time
+    points), which ome-zarr-py's plate view cannot stack into one array: only its wells are opened."""
     problems = []
-    for path in [root] + [root / w for w in wells]:
+    for path in ([root] if whole_plate else []) + [root / w for w in wells]:
         problem = _open(path)
         if problem:
             problems.append(f"{path}: ome-zarr-py's Reader (and so napari and `ome_zarr info`) cannot open it: "

@@ -158,7 +158,7 @@ def to_acquisition(records: list[Record], channels: dict[Hashable, Channel], *, 
         z_step = finite(z_step, "z step", source, positive=True)
     ts, zs = sorted({r.t for r in records}), sorted({r.z for r in records})
     keys = [k for k in channels if any(r.channel == k for r in records)]
-    _warn_absent(records, len(ts) * len(keys) * len(zs), source)
+    _warn_absent(records, source)
     planes = [Plane(row=r.row, col=r.col, field=r.field, t=ts.index(r.t), c=keys.index(r.channel), z=zs.index(r.z),
                     path=str(r.path), x_um=r.x_um, y_um=r.y_um, z_um=r.z_um or 0.0, time=r.time,
                     well_name=r.well_name) for r in records]
@@ -169,13 +169,19 @@ def to_acquisition(records: list[Record], channels: dict[Hashable, Channel], *, 
     return acq
 
 
-def _warn_absent(records: list[Record], per_field: int, source: object) -> None:
-    """Fields with fewer planes than (t x c x z): those planes are written as zeros."""
+def _warn_absent(records: list[Record], source: object) -> None:
+    """Fields with fewer planes than their well's own (t x c x z) grid: those planes are written as
+    zeros. A well imaged with other channels or time points than its neighbours is not short: it
+    is its own plate acquisition (``Acquisition.parts``)."""
     counts: dict[tuple, int] = defaultdict(int)
+    grids: dict[tuple, tuple[set, set, set]] = defaultdict(lambda: (set(), set(), set()))
     for r in records:
         counts[(r.row, r.col, r.field)] += 1
-    short = [f"{row_name(k[0])}{k[1]:02d} field {k[2]} ({per_field - n} of {per_field})"
-             for k, n in sorted(counts.items()) if n < per_field]
+        ts, cs, zs = grids[(r.row, r.col)]
+        ts.add(r.t), cs.add(r.channel), zs.add(r.z)
+    per_well = {well: len(ts) * len(cs) * len(zs) for well, (ts, cs, zs) in grids.items()}
+    short = [f"{row_name(k[0])}{k[1]:02d} field {k[2]} ({per_well[k[:2]] - n} of {per_well[k[:2]]})"
+             for k, n in sorted(counts.items()) if n < per_well[k[:2]]]
     if short:
         warn(source, f"{len(short)} fields lack planes the others have, written as zeros: {listed(short)}")
 

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from ...errors import InputError, InputNotFoundError
-from ..ngff.acquisition import Acquisition, Channel
+from ...errors import InputError, InputNotFoundError, warn
+from ..ngff.acquisition import Acquisition, Channel, row_name
 from ..storage.guard import inside
 from .folder_scan import FolderScan
-from .records import Record, keep_stacks, relative_file, to_acquisition, unlisted_files
+from .records import Record, keep_stacks, listed, relative_file, to_acquisition, unlisted_files
 
 NS = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
 # CellVoyager: <plate>_<well>_T0001F001L01A01Z01C01.tif; CQ: W0001F0001T0001Z001C1.tif
@@ -167,12 +167,16 @@ def _rgb(color: str | None) -> str:
     return "FFFFFF"
 
 
-def parse_mlf(path: Path) -> list[dict]:
+def parse_mlf(path: Path, errors: list[str] | None = None) -> list[dict]:
     """The image records, streamed: a 1536-well plate's mlf holds millions of records (hundreds of
-    MB), whose whole element tree would take several times the file's size in memory."""
+    MB), whose whole element tree would take several times the file's size in memory. ERR records
+    (a field the instrument could not image, e.g. autofocus failed) are described in ``errors``."""
     records = []
     for el in _root_children(path, NS + "MeasurementRecord"):
-        if el.get(NS + "Type") != "IMG":
+        kind = el.get(NS + "Type")
+        if kind == "ERR" and errors is not None:
+            errors.append(_error_record(el, path))
+        if kind != "IMG":
             continue  # ERR/other records carry no image
         records.append({
             "file": (el.text or "").strip(),
@@ -186,6 +190,21 @@ def parse_mlf(path: Path) -> list[dict]:
     if not records:
         raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
     return records
+
+
+def _error_record(el: ET.Element, path: Path) -> str:
+    """'B03 field 4 time point 1: "Autofocus failed"': where, as far as the record says (an
+    autofocus failure names no field, only the stage position), and the instrument's own message."""
+    row, col = _int(el, "Row", path, 1), _int(el, "Column", path, 1)
+    where = f"{row_name(row)}{col:02d}"
+    if el.get(NS + "FieldIndex") is not None:
+        where += f" field {_int(el, 'FieldIndex', path, 1)}"
+    elif el.get(NS + "X") is not None and el.get(NS + "Y") is not None:
+        where += f" at stage x={_float(el, 'X', path):g}, y={_float(el, 'Y', path):g}"
+    if el.get(NS + "TimePoint") is not None:
+        where += f" time point {_int(el, 'TimePoint', path)}"
+    message = " ".join((el.text or "").split()) or "no message"
+    return f'{where}: "{message}"'
 
 
 def _root_children(path: Path, tag: str) -> Iterator[ET.Element]:
@@ -221,7 +240,11 @@ def read_measurement(folder: Path, mlf: str | None, mrf: str | None, projections
     mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
     folder = mlf_path.parent  # images sit beside the mlf
     detail = parse_mrf(mrf_path)
-    parsed = parse_mlf(mlf_path)
+    errors: list[str] = []
+    parsed = parse_mlf(mlf_path, errors)
+    if errors:
+        warn(mlf_path, f"{len(errors)} fields the instrument could not image (ERR records), left out: "
+                       f"{listed(errors)}")
     records = [Record(row=r["row"], col=r["col"], field=r["field"], t=r["t"], channel=r["ch"], z=r["z"],
                       path=_image_file(folder, r["file"], mlf_path), x_um=r["x"], y_um=-r["y"], z_um=r["z_um"],
                       time=r["time"], well_name=_well_name(r["file"])) for r in parsed]

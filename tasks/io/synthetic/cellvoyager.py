@@ -6,12 +6,16 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 import numpy as np
 
 from ..ngff.acquisition import row_index
 from .blobs import Blobs, render, to_dtype
+
+if TYPE_CHECKING:
+    from .plate_spec import PlateSpec
 
 BTS = "http://www.yokogawa.co.jp/BTS/BTSSchema/1.0"
 
@@ -68,9 +72,28 @@ def mlf_record(fs: FieldSpec, plate: str, t: int, z: int, ch: int, z_step: float
             f'</bts:MeasurementRecord>')
 
 
-def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float, n_t: int = 1) -> str:
-    records = [mlf_record(fs, plate, t, z, ch, z_step) for t in range(1, n_t + 1) for fs in fields
-               for z in range(1, n_z + 1) for ch in range(1, n_c + 1)]
+def err_record(fs: FieldSpec, t: int) -> str:
+    """What a CellVoyager writes for a field it could not image: an ERR record with its message
+    (no FieldIndex, no Ch, no file)."""
+    r, c = well_rc(fs.well)
+    return (f'<bts:MeasurementRecord bts:Type="ERR" bts:Time="2024-05-01T10:{fs.index % 60:02d}:00.000+00:00" '
+            f'bts:Column="{c}" bts:Row="{r}" bts:TimePoint="{t}" bts:TimelineIndex="1" bts:X="{fs.x_um}" '
+            f'bts:Y="{-fs.y_um}">Autofocus failed (no focus found)</bts:MeasurementRecord>')
+
+
+def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float, n_t: int = 1,
+             spec: "PlateSpec | None" = None) -> str:
+    """Records for every plane; with ``spec``, only the channels and time points each well was imaged
+    with, and an ERR record instead of the planes of a field the instrument failed."""
+    records = []
+    for t in range(1, n_t + 1):
+        for fs in fields:
+            if spec is not None and spec.failed(fs.well, fs.index):
+                if t - 1 in spec.times_of(fs.well):
+                    records.append(err_record(fs, t))
+                continue
+            records += [mlf_record(fs, plate, t, z, ch, z_step) for z in range(1, n_z + 1) for ch in range(1, n_c + 1)
+                        if spec is None or spec.acquired(fs.well, t - 1, ch - 1)]
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementData bts:Version="1.0" xmlns:bts="{BTS}">\n'
             + "\n".join(records) + "\n</bts:MeasurementData>\n")
 
@@ -78,7 +101,7 @@ def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: fl
 def mrf_text(plate: str, n_rows: int, n_cols: int, n_c: int, shape: tuple[int, int], pixel_um: float,
              bit_depth: int, n_fields: int = 1, n_z: int = 1, n_t: int = 1) -> str:
     """Every attribute a CV7000 (R1.17) writes, so instrument parsers (Fractal's among them)
-    accept the folder; the settings files it names (.mes, .wpi, .wpp) are not written."""
+    accept the folder; ``settings_files`` writes the files it names (.mes, .wpi, .wpp)."""
     channels = "\n".join(
         f'  <bts:MeasurementChannel bts:Ch="{ch}" bts:HorizontalPixelDimension="{pixel_um}" '
         f'bts:VerticalPixelDimension="{pixel_um}" bts:CameraNumber="{ch}" bts:InputBitDepth="{bit_depth}" '
@@ -101,7 +124,7 @@ def write_field_tiffs(folder: Path, plate: str, pixels_czyx: list[np.ndarray], f
 
     nbytes = 0
     for ch, zyx in enumerate(pixels_czyx, start=1):
-        for z, plane in enumerate(zyx, start=1):
+        for z, plane in enumerate(zyx if zyx is not None else (), start=1):  # None: channel not imaged here
             tifffile.imwrite(folder / tiff_name(plate, fs.well, t + 1, fs.index, z, ch), plane)
             nbytes += plane.nbytes
     return nbytes
@@ -117,4 +140,33 @@ def finish(out: Path, spec, fields: list[FieldSpec]) -> None:
     atomic_write_bytes(out / "MeasurementDetail.mrf", mrf_text(
         spec.plate, spec.plate_shape[0], spec.plate_shape[1], spec.n_c, spec.shape, spec.pixel_size, spec.bit_depth,
         n_fields=len({f.index for f in fields}), n_z=spec.n_z, n_t=spec.n_t).encode())
-    atomic_write_bytes(out / "MeasurementData.mlf", mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step, spec.n_t).encode())
+    for name, text in settings_files(spec).items():
+        atomic_write_bytes(out / name, text.encode())
+    atomic_write_bytes(out / "MeasurementData.mlf",
+                       mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step, spec.n_t, spec).encode())
+
+
+def settings_files(spec) -> dict[str, str]:
+    """The measurement settings (.mes: channels with target, fluorophore, filter, exposure, colour),
+    the plate (.wpi) and the plate product (.wpp) the mrf names, as a CV7000 writes them beside it."""
+    name = escape(spec.plate, {'"': "&quot;"})
+    rows, cols = spec.plate_shape
+    channels = "\n".join(
+        f'    <bts:Channel bts:Ch="{ch}" bts:Target="{escape(spec.channel(ch - 1)[0])}" bts:Fluorophore="" '
+        f'bts:Objective="20x" bts:Magnification="20" bts:Method="Confocal" '
+        f'bts:Acquisition="BP{spec.channel(ch - 1)[1] or 525}/50" bts:ExposureTime="100" bts:Binning="1" '
+        f'bts:Color="{CHANNEL_COLORS[(ch - 1) % len(CHANNEL_COLORS)]}" bts:CameraNumber="{ch}" '
+        f'bts:ZOffset="0" bts:ShadingCorrectionSource="SC_CH{ch:02d}.tif" />'
+        for ch in range(1, spec.n_c + 1))
+    mes = (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:MeasurementSetting bts:Version="1.0" bts:ProductID="CV7000" '
+           f'bts:Name="{name}" xmlns:bts="{BTS}">\n  <bts:ChannelList>\n{channels}\n  </bts:ChannelList>\n'
+           f'</bts:MeasurementSetting>\n')
+    wpi = (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:WellPlate bts:Version="1.0" bts:Name="{name}" '
+           f'bts:ProductFileName="synthetic_{rows * cols}well.wpp" xmlns:bts="{BTS}" />\n')
+    wpp = (f'<?xml version="1.0" encoding="utf-8"?>\n<bts:WellPlateProduct bts:Version="1.0" '
+           f'bts:Name="synthetic {rows * cols} well" bts:RowCount="{rows}" bts:ColumnCount="{cols}" '
+           f'bts:WellShape="Square" xmlns:bts="{BTS}" />\n')
+    return {f"{spec.plate}.mes": mes, f"{spec.plate}.wpi": wpi, f"synthetic_{rows * cols}well.wpp": wpp}
+
+
+CHANNEL_COLORS = ("#FF0000FF", "#FF00FF00", "#FFFF0000", "#FFFF00FF", "#FFFFFFFF", "#FF00FFFF", "#FFFFFF00", "#FFFF8000")

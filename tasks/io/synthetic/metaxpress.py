@@ -57,6 +57,8 @@ def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.
         root = root / f"TimePoint_{t + 1}"
     nbytes = 0
     for wave, zyx in enumerate(pixels_czyx, start=1):
+        if zyx is None:
+            continue  # a channel this well was not imaged with
         if spec.n_z == 1:
             _write(root, spec, fs, wave, zyx[0], _tags(spec, fs, wave, spec.z_um(0), None, False))
         else:

@@ -27,9 +27,9 @@ def write_field(out: Path, spec: PlateSpec, fs: FieldSpec, pixels_czyx: list[np.
 
     (out / "Images").mkdir(parents=True, exist_ok=True)
     for ch, zyx in enumerate(pixels_czyx, start=1):
-        for z, plane in enumerate(zyx, start=1):
+        for z, plane in enumerate(zyx if zyx is not None else (), start=1):  # None: channel not imaged here
             tifffile.imwrite(out / "Images" / name(fs, z, ch, t), plane)
-    return sum(p.nbytes for p in pixels_czyx)
+    return sum(p.nbytes for p in pixels_czyx if p is not None)
 
 
 def _unit(unit: str) -> str:
@@ -62,7 +62,8 @@ def _image(spec: PlateSpec, fs: FieldSpec, z: int, ch: int, t: int) -> str:
 
 def finish(out: Path, spec: PlateSpec, fields: list[FieldSpec]) -> None:
     images = [_image(spec, fs, z, ch, t) for t in range(spec.n_t) for fs in fields for z in range(1, spec.n_z + 1)
-              for ch in range(1, spec.n_c + 1)]
+              for ch in range(1, spec.n_c + 1)
+              if spec.acquired(fs.well, t, ch - 1) and not spec.failed(fs.well, fs.index)]
     wells = sorted({f.well for f in fields}, key=well_rc)
     well_ids = "".join(f'<Well id="{well_rc(w)[0]:02d}{well_rc(w)[1]:02d}" />' for w in wells)
     atomic_write_bytes(out / "Images" / "Index.idx.xml", (

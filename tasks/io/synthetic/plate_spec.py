@@ -25,6 +25,10 @@ class PlateSpec:
     projections: bool  # also write z projections beside the stacks (formats whose instruments do)
     seed: int
     n_t: int = 1  # time points
+    wells: tuple[str, ...] = ()  # in the order generate-plate lists them
+    sparse: str = "no"  # no | mixed | qc: which channels and time points each well is imaged with
+    failed_fields: int = 0  # fields the instrument could not image (the last field of the first wells)
+    fields_per_well: int = 1
 
     @property
     def bit_depth(self) -> int:
@@ -43,6 +47,31 @@ class PlateSpec:
     def uuid(self, *parts: object) -> str:
         """A stable UUID per file, so a rerun writes the same names."""
         return str(uuid.uuid5(uuid.NAMESPACE_URL, "zarrmill:" + ":".join(map(str, (self.seed, self.plate, *parts))))).upper()
+
+    def channels_of(self, well: str) -> list[int]:
+        """0-based channels ``well`` is imaged with: all of them, or (sparse) its own. ``mixed``:
+        every other well has one channel of its own; ``qc``: every well one channel (an
+        illumination or QC plate, each well its own protocol)."""
+        k = self.wells.index(well) if well in self.wells else 0
+        if self.sparse == "qc" or (self.sparse == "mixed" and k % 2 == 1):
+            return [(k if self.sparse == "qc" else k // 2) % self.n_c]
+        return list(range(self.n_c))
+
+    def times_of(self, well: str) -> list[int]:
+        """0-based time points ``well`` is imaged at (``qc``: each well its own timeline)."""
+        k = self.wells.index(well) if well in self.wells else 0
+        if self.sparse == "qc" or (self.sparse == "mixed" and k % 3 == 1):
+            return [k % self.n_t]
+        return list(range(self.n_t))
+
+    def acquired(self, well: str, t: int, c: int) -> bool:
+        return t in self.times_of(well) and c in self.channels_of(well)
+
+    def failed(self, well: str, field: int) -> bool:
+        """Whether the instrument failed to image this field (1-based): the last field of each of the
+        first ``failed_fields`` wells."""
+        k = self.wells.index(well) if well in self.wells else len(self.wells)
+        return k < self.failed_fields and field == self.fields_per_well
 
     def z_um(self, z: int) -> float:
         """Stage z of 0-based plane z (a focus offset the instrument would add drops out of steps)."""
