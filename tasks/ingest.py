@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 
 from . import ingest_wells, pyramid, reshard
-from .ingest_params import Params
+from .ingest_params import PATTERN_OPTIONS, Params, refuse_foreign_options
 from .errors import ConfigError, InputError
 from .io.ngff.acquisition import Acquisition
 from .io.storage.arrays import (
@@ -33,7 +33,7 @@ from .io.storage.arrays import (
     region_slices,
     write_region,
 )
-from .io.readers.registry import PLATE_READERS, ReadOptions, reader
+from .io.readers.registry import ReadOptions, reader
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,
@@ -63,7 +63,7 @@ WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside t
 def read_acquisition(p: Params) -> Acquisition:
     fmt = p.resolved_format()
     plate_reader = reader(fmt)
-    _refuse_foreign_options(p, fmt, plate_reader.options if plate_reader else PATTERN_OPTIONS.get(fmt, frozenset()))
+    refuse_foreign_options(p, fmt, plate_reader.options if plate_reader else PATTERN_OPTIONS.get(fmt, frozenset()))
     if plate_reader is not None:
         shape = tuple(p.plate_shape) if "plate_shape" in p.model_fields_set else None
         acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf,
@@ -78,24 +78,6 @@ def read_acquisition(p: Params) -> Acquisition:
         for ch, name in zip(acq.channels, p.channel_names):
             ch.label = name
     return acq
-
-
-# reader-specific options (registry.PlateReader.options), and those of the readers not listed there
-READER_OPTIONS = frozenset().union(*(r.options for r in PLATE_READERS)) | {"pattern", "positions", "grid_columns", "axes"}
-PATTERN_OPTIONS = {"pattern": frozenset({"pattern", "positions", "grid_columns", "plate_shape"}),
-                   "image": frozenset({"axes"})}
-
-
-def _refuse_foreign_options(p: Params, fmt: str, takes: frozenset[str]) -> None:
-    """An option set for another format would be silently ignored: one line instead."""
-    given = [name for name in sorted(READER_OPTIONS - takes) if name in p.model_fields_set
-             and getattr(p, name) not in (None, "skip")]
-    if given:
-        owners = {name: "/".join([r.format for r in PLATE_READERS if name in r.options]
-                                 + [f for f, opts in PATTERN_OPTIONS.items() if name in opts]) for name in given}
-        said = ", ".join(f"{n} is for {owners[n]}" for n in given)
-        raise ConfigError(f"{p.input}: {said}; this input is {fmt} "
-                          f"(remove {'it' if len(given) == 1 else 'them'})")
 
 
 def _read_pattern(p: Params, first: Path | None) -> Acquisition:
@@ -221,11 +203,14 @@ def run_unit(p: Params, unit: Unit) -> int:
             # a few z-planes per write: their chunks are encoded concurrently; memory stays at
             # BATCH_BYTES whatever the field's size
             zs = range(z0, min(z0 + batch, arr.shape[-3]))
+            files = {i: by_c.get(c, {}).get(z) for i, z in enumerate(zs)}
+            # a missing plane costs nothing: unwritten chunks read as the fill value, zero (missing
+            # planes are recorded in finish; a redo clears the store, so nothing stale is left)
+            files = {i: f for i, f in files.items() if f is not None and not (unit["missing_ok"] and not plane_exists(f))}
+            if not files:
+                continue
             stack = np.zeros((len(zs),) + tuple(arr.shape[-2:]), dtype=arr.dtype)
-            for i, z in enumerate(zs):
-                path = by_c.get(c, {}).get(z)
-                if path is None or (unit["missing_ok"] and not plane_exists(path)):
-                    continue  # stays zero: missing planes are recorded in finish
+            for i, path in files.items():
                 read_plane_into(path, stack[i])
                 nbytes += stack[i].nbytes
             write_region(arr, lead + (c, zs.start, 0, 0), stack.reshape((1,) * (len(lead) + 1) + stack.shape))
@@ -360,11 +345,12 @@ def _run_field_region(p: Params, unit: Unit) -> int:
     root = p.output_path() / unit["field"]
     arr = open_for_write(root / "0")
     region = [tuple(r) for r in unit["region"]]
+    planes = [pl for pl in unit["planes"] if not (unit["missing_ok"] and not plane_exists(pl[3]))]
+    if not planes:
+        return 0  # every plane missing: its chunks and levels stay unwritten, reading as zero
     data = np.zeros(tuple(b - a for a, b in region), dtype=arr.dtype)
     n_lead = arr.ndim - 3  # (t) c
-    for t, c, z, path in unit["planes"]:
-        if unit["missing_ok"] and not plane_exists(path):
-            continue  # stays zero: missing planes are recorded in finish
+    for t, c, z, path in planes:
         index = ((t,) if n_lead == 2 else ()) + (c, z)
         read_plane_into(path, data[tuple(i - a for i, (a, _) in zip(index, region))])
     start = [a for a, _ in region]

@@ -9,7 +9,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from .errors import ConfigError, InputNotFoundError
 from .io.storage.arrays import Codec
-from .io.readers.registry import detect
+from .io.readers.registry import PLATE_READERS, detect
 from .io.ngff.metadata import NgffVersion
 from .io.ngff.placement import Policy
 from .reshard import ImageName
@@ -109,3 +109,21 @@ class Params(TaskParams):
         if found is None:
             raise ConfigError(f"{self.input}: cannot tell the input format; set format (cellvoyager, cq, imagexpress, metaxpress, hcsai, operetta, scanr, pattern, scenes, image)")
         return found
+
+
+# reader-specific options (registry.PlateReader.options), and those of the readers not listed there
+READER_OPTIONS = frozenset().union(*(r.options for r in PLATE_READERS)) | {"pattern", "positions", "grid_columns", "axes"}
+PATTERN_OPTIONS = {"pattern": frozenset({"pattern", "positions", "grid_columns", "plate_shape"}),
+                   "image": frozenset({"axes"})}
+
+
+def refuse_foreign_options(p: Params, fmt: str, takes: frozenset[str]) -> None:
+    """An option set for another format would be silently ignored: one line instead."""
+    given = [name for name in sorted(READER_OPTIONS - takes) if name in p.model_fields_set
+             and getattr(p, name) not in (None, "skip")]
+    if given:
+        owners = {name: "/".join([r.format for r in PLATE_READERS if name in r.options]
+                                 + [f for f, opts in PATTERN_OPTIONS.items() if name in opts]) for name in given}
+        said = ", ".join(f"{n} is for {owners[n]}" for n in given)
+        raise ConfigError(f"{p.input}: {said}; this input is {fmt} "
+                          f"(remove {'it' if len(given) == 1 else 'them'})")

@@ -8,8 +8,7 @@ as Fractal and ngio write them) to find each FOV again. Level 0 chunks divide th
 on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
 ``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
 files instead of one per FOV. One unit per output shard; no two units write the same shard.
-All well images of a plate get the same canvas size (the largest, zero-padded at the far edges),
-so plate viewers (ome-zarr-py, napari) can tile them.
+Well images share one canvas size (the largest, zero-padded), so plate viewers can tile them.
 
 Always into a new plate (``output``, default ``<input>-wells.ome.zarr`` beside the input): plate
 metadata copied, each well listing exactly one image, the well image (Fractal's convention), whose
@@ -29,7 +28,7 @@ import zarr
 from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
-from .errors import InputError, warn
+from .errors import InputError
 from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
@@ -38,8 +37,8 @@ from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
 from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, member_path, read_attrs, read_image,
-                                write_image_metadata, write_plate_metadata, write_well_metadata)
-from .io.ngff.overview import OverviewLayout, overview_layout
+                               well_acquisition, write_image_metadata, write_plate_metadata, write_well_metadata)
+from .io.ngff.overview import OverviewLayout, overview_fits, overview_layout
 from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
 from .runtime.budget import holds
 from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
@@ -158,9 +157,8 @@ class Well:
 def read_well(p: Params, path: str) -> Well:
     """The FOV images a well of the input plate lists (level ``p.level`` of each), checked alike."""
     attrs, _ = read_attrs(member_path(as_location(p.input), path, "plate well path"))
-    listed = [im for im in attrs.get("well", {}).get("images", []) if isinstance(im, dict)]
-    images = [im.get("path") for im in listed if im.get("path") != p.image_name]
-    acquisition = next((im["acquisition"] for im in listed if isinstance(im.get("acquisition"), int)), 0)
+    listed = [im for im in attrs.get("well", {}).get("images", []) if im.get("path") != p.image_name]
+    images = [im.get("path") for im in listed]
     for im in images:
         member_path(as_location(p.input) / path, im, "well image path")
     if not images:
@@ -179,7 +177,7 @@ def read_well(p: Params, path: str) -> Well:
         tr = own.translation or [0.0] * len(names)
         fovs.append(Fov(f"FOV_{i + 1}", f"{path}/{im}", tuple(tr[k] for k in spatial),
                         tuple(arr.shape[k] for k in spatial), extra={"level_path": own.path}))
-    return Well(path, metas[0], ref.scale, fovs, dtype, lead, p.overlap, acquisition)
+    return Well(path, metas[0], ref.scale, fovs, dtype, lead, p.overlap, well_acquisition(listed))
 
 
 def _check_same(meta: ImageMeta, own: Level, arr: zarr.Array, names: list[str], ref: Level, spatial: list[int],
@@ -232,20 +230,6 @@ def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: Pla
     if p.overview and overview_fits(wells, warn_of=out):
         units += _plan_overview(p, plate, wells, version, ctx)
     return units
-
-
-def overview_fits(wells: list[Well], warn_of: Path | None = None) -> bool:
-    """One overview image needs every well on the same channels and time points; a sparse plate's
-    wells differ there (each its own plate acquisition), so it has none: one warning line."""
-    def channels(well: Well) -> list:
-        return [ch.get("label") for ch in well.meta.attrs.get("omero", {}).get("channels", [])]
-
-    same = len({(w.lead_shape, tuple(w.meta.axis_names)) for w in wells}) == 1 and \
-        all(channels(w) == channels(wells[0]) for w in wells)
-    if not same and warn_of is not None:
-        warn(warn_of, "wells were imaged with different channels or time points; no plate overview "
-                      "(one image needs the same channels in every well)")
-    return same
 
 
 def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -> list[Unit]:

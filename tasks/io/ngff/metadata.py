@@ -280,6 +280,11 @@ def write_well_metadata(path: Path, version: str, images: list[str], acquisition
         group.attrs["ome"] = {"version": version, "well": well}
 
 
+def well_acquisition(images: list[dict[str, Any]]) -> int:
+    """The plate acquisition a well's images belong to (0 when they do not say)."""
+    return next((im["acquisition"] for im in images if isinstance(im.get("acquisition"), int)), 0)
+
+
 def write_plate_metadata(path: Path, version: str, rows: list[str], columns: list[str], wells: list[str],
                          name: str | None, field_count: int, acquisitions: list[dict[str, Any]]) -> None:
     """The plate document; ``wells`` are 'row/column' paths on the given grid."""
