@@ -146,7 +146,7 @@ def test_missing_planes_cost_no_read_and_no_write(cli, tmp_path, monkeypatch):
         f.unlink()
     written = []
     real = ingest.write_region
-    monkeypatch.setattr(ingest, "write_region", lambda arr, start, data: (written.append(arr.store_path.path), real(arr, start, data))[1])
+    monkeypatch.setattr(ingest, "write_region", lambda arr, start, data: (written.append(str(arr.store_path)), real(arr, start, data))[1])
     code, err = run_task(cli, "ingest", f"input={raw}", f"output={out}", "missing=zeros")
     assert code == 0, err
     assert written and not [w for w in written if "B/03" in w or "B/04" in w], written
