@@ -203,6 +203,12 @@ def test_executor_sizes_beyond_this_machine_are_one_line(cli, tmp_path, good, ex
     assert words in line and "executor" in line, line
 
 
+@pytest.mark.parametrize("memory,words", [("lots", "'lots' is not a size"), ("0GB", "more than 0 bytes")])
+def test_a_step_memory_that_is_not_a_size_is_one_line(cli, tmp_path, good, memory, words):
+    line = run_bad(cli, tmp_path, good.replace("    task: generate\n", f"    task: generate\n    resources: {{memory: {memory}}}\n"))
+    assert words in line and "steps.gen.resources.memory" in line and "wf.yaml:" in line, line
+
+
 def test_usage_errors_are_one_line_in_a_real_process(tmp_path):
     from conftest import zarrmill_subprocess
 

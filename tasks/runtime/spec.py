@@ -13,6 +13,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def a_size(value: str | None, allow_auto: bool = False) -> str | None:
+    """A memory size dask and the schedulers understand (4GB, 512MiB), else one clear line."""
+    from dask.utils import parse_bytes
+
+    if value is None or (allow_auto and value == "auto"):
+        return value
+    try:
+        size = parse_bytes(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{value!r} is not a size; write e.g. 4GB or 512MiB{' or auto' if allow_auto else ''}") from None
+    if size <= 0:
+        raise ValueError(f"{value!r}: a worker needs more than 0 bytes")
+    return value
+
+
 class Resources(Strict):
     """What one worker of this step needs. On SLURM each distinct set is its own pool of jobs."""
 
@@ -23,6 +38,11 @@ class Resources(Strict):
 
     def key(self) -> tuple:
         return (self.cores, self.memory, self.walltime, self.processes)
+
+    @field_validator("memory")
+    @classmethod
+    def _a_size(cls, value: str | None) -> str | None:
+        return a_size(value)
 
 
 class Adapt(Strict):
@@ -58,17 +78,7 @@ class ExecutorSpec(Strict):
     @field_validator("memory_limit")
     @classmethod
     def _a_size(cls, value: str | None) -> str | None:
-        from dask.utils import parse_bytes
-
-        if value is None or value == "auto":
-            return value
-        try:
-            size = parse_bytes(value)
-        except (ValueError, TypeError):
-            raise ValueError(f"{value!r} is not a size; write e.g. 4GB, 512MiB or auto") from None
-        if size <= 0:
-            raise ValueError(f"{value!r}: a worker needs more than 0 bytes")
-        return value
+        return a_size(value, allow_auto=True)
 
     @model_validator(mode="after")
     def _fits_this_machine(self) -> "ExecutorSpec":
