@@ -60,3 +60,47 @@ def test_a_file_bioio_cannot_read_is_one_line(cli, tmp_path):
                        "--set", f"output={tmp_path / 'p.zarr'}")
     assert code == 2 and "broken.czi" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "p.zarr").exists()
+
+
+def _czi_plate(cli, tmp_path, scenes):
+    from scene_files import write_czi_plate
+
+    require("pylibCZIrw", "Zeiss's CZI writer makes the test CZI plates (test extra)")
+    require("bioio_czi", "the czi extra reads CZI plates")
+    write_czi_plate(tmp_path / "plate.czi", scenes)
+    out = tmp_path / "plate.ome.zarr"
+    code, _, err = cli("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'plate.czi'}",
+                       "--set", f"output={out}")
+    assert code == 0, err
+    root = zarr.open_group(str(out), mode="r")
+    wells = [w["path"] for w in root.attrs["ome"]["plate"]["wells"]]
+    return out, wells, err
+
+
+def test_a_czi_plate_lands_in_the_wells_its_scenes_name(cli, tmp_path):
+    """A Celldiscoverer-7-like CZI written by Zeiss's own writer: scenes D6, D7 and E2 (carrier
+    RowIndex/ColumnIndex from 1) land in D/06, D/07 and E/02 with their pixels and channel names, not
+    a row off; check passes."""
+    from scene_files import czi_scene
+
+    out, wells, _ = _czi_plate(cli, tmp_path, [("D6", 4, 6), ("D7", 4, 7), ("E2", 5, 2)])
+    assert wells == ["D/06", "D/07", "E/02"]
+    for i, well in enumerate(wells):
+        image = zarr.open_group(str(out / well / "0"), mode="r")
+        assert [c["label"] for c in image.attrs["ome"]["omero"]["channels"]] == ["DAPI", "GFP"]
+        np.testing.assert_array_equal(np.asarray(image["0"][:])[:, 0], czi_scene(i))
+    assert check_store(out)[0] == []
+
+
+def test_a_czi_carrier_counts_rows_and_columns_from_one(cli, tmp_path):
+    """Scenes named as ZEN names positions (P1, P2) are placed by the carrier's row and column,
+    which count from 1 (a reader counting rows from 0 puts them a row off)."""
+    _, wells, _ = _czi_plate(cli, tmp_path, [("P1", 2, 3), ("P2", 2, 4), ("P3", 3, 3)])
+    assert wells == ["B/03", "B/04", "C/03"]
+
+
+def test_a_scene_name_and_carrier_that_disagree_is_one_warning_naming_both(cli, tmp_path):
+    _, wells, err = _czi_plate(cli, tmp_path, [("D6", 5, 6), ("D7", 4, 7)])
+    assert wells == ["D/06", "D/07"]
+    line = next(x for x in err.splitlines() if "derived plate position" in x)
+    assert "'D6-D6' (well D06)" in line and "says well E06" in line and "using the scene's own name" in line

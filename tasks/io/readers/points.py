@@ -51,12 +51,16 @@ def _npy(path: Path) -> np.ndarray:
 
 
 def _csv(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    """Comma, tab, semicolon or whitespace separated, a header naming z, y, x (and label)."""
+    """Comma, tab, semicolon or whitespace separated, a header naming z, y, x (and label). The
+    header decides the delimiter for the whole file: a row split another way (decimal commas in a
+    space-separated file, a stray comma) is refused naming its line, never read as other points."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text (UTF-8) points file") from None
-    rows = [_split(line) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    sep = next((d for d in (",", "\t", ";") if lines and d in lines[0]), None)
+    rows = [next(csv.reader([line], delimiter=sep)) if sep else line.split() for line in lines]
     if not rows:
         raise InputError(f"{path}: no header and no points; need columns z, y, x (and optionally label)")
     header = [c.strip().lower() for c in rows[0]]
@@ -75,13 +79,6 @@ def _csv(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
         except ValueError:
             raise InputError(f"{path}:{line}: {row} is not numeric z, y, x (and label)") from None
     return np.asarray(zyx, dtype=np.float64).reshape(-1, 3), np.asarray(labels, dtype=np.int64)
-
-
-def _split(line: str) -> list[str]:
-    for sep in (",", "\t", ";"):
-        if sep in line:
-            return next(csv.reader([line], delimiter=sep))
-    return line.split()
 
 
 def _cellfinder_xml(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -1,15 +1,20 @@
 """Microscope formats through bioio (the optional extra ``pip install 'zarrmill[formats]'``):
 multi-series OME-TIFF, and CZI, ND2, LIF and the rest wherever their bioio plugin is installed.
 
-Each scene is a field of view. Its well comes from the OME Plate (row and column of the well
-sample that names the scene's image) or from bioio's standard metadata; scenes without either
-are the fields of one well, A01, placed by their stage positions (a multi-position or tile scan).
+Each scene is a field of view. Its well comes first from the file's own well naming: the scene
+name (``D6``, ``D06``, ``WellB02``, ``B2-1`` for the first position in B2, ``A/1``); else from the
+OME Plate (row and column of the well sample that names the scene's image); else from the carrier
+row and column bioio's standard metadata gives, in the base the plugin states (CZI's Shape
+RowIndex/ColumnIndex count from 1). A derived well that disagrees with the scene's name is one
+warning line naming both (the name wins). Scenes without any are the fields of one well, A01,
+placed by their stage positions (a multi-position or tile scan).
 Positions: OME ``Plane PositionX/Y`` of the scene's first plane, taken as its top-left corner,
 else bioio's ``stage_position_x/y`` (the scene centre, so half a field is subtracted).
 Planes are read one at a time (``<file>::<scene>/<t>/<c>/<z>`` references), so memory is one
 plane whatever the file's size; each worker thread keeps its own open reader."""
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, InputError
-from ..ngff.acquisition import Acquisition, Channel, Plane, row_index
+from ..ngff.acquisition import Acquisition, Channel, Plane, row_index, row_name
 from ..ngff.foreign import warn_once
 from ..ngff.units import ome_length_to_micrometer
 
@@ -105,9 +110,8 @@ def read_scenes(path: Path, pixel_size_yx: tuple[float, float] | None, z_step: f
     img = bioimage(path)
     ome = _ome(img)
     wells = _ome_wells(ome)
-    planes: list[Plane] = []
     first_dims = None
-    per_well: dict[tuple[int, int], int] = {}
+    scenes = []  # (index, derived well, x, y)
     for s, _scene in enumerate(img.scenes):
         img.set_scene(s)
         dims = img.dims
@@ -117,12 +121,17 @@ def read_scenes(path: Path, pixel_size_yx: tuple[float, float] | None, z_step: f
         elif shape != first_dims or np.dtype(img.dtype) != dtype:
             raise InputError(f"{path}: scene {s} is {list(shape)} {img.dtype} (t, c, z, y, x) but scene 0 is "
                              f"{list(first_dims)} {dtype}; zarrmill writes scenes of one shape as one plate")
-        row, col = wells.get(s) or _standard_well(img) or (1, 1)
+        scenes.append((s, wells.get(s) or _standard_well(img, path), *_position(img, ome, s, path, shape, sizes)))
+    assert first_dims is not None
+    named = _named_wells(path, [str(n) for n in img.scenes], [d for _, d, _, _ in scenes])
+    planes: list[Plane] = []
+    per_well: dict[tuple[int, int], int] = {}
+    for (s, derived, x, y), name in zip(scenes, named):
+        row, col = _scene_well(path, img.scenes[s], s, name, derived) or (1, 1)
         per_well[(row, col)] = per_well.get((row, col), 0) + 1
-        x, y = _position(img, ome, s, path, shape, sizes)
-        for t in range(shape[0]):
-            for c in range(shape[1]):
-                for z in range(shape[2]):
+        for t in range(first_dims[0]):
+            for c in range(first_dims[1]):
+                for z in range(first_dims[2]):
                     planes.append(Plane(row, col, per_well[(row, col)], t, c, z, plane_ref(path, s, t, c, z), x, y,
                                         z * (sizes.Z or 1.0)))
     assert first_dims is not None
@@ -160,14 +169,58 @@ def _ome_wells(ome: Any) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _standard_well(img: Any) -> tuple[int, int] | None:
+# a well name in a scene name: D6, D06, WellB02, Well B2, B2-1 (position 1 of B2), A/1
+WELL_NAME = re.compile(r"^\s*(?:well[\s_-]*)?([A-Z]{1,2})[\s_/-]*0*([1-9][0-9]{0,2})(?![0-9])(?:$|[\s_#.:/-])", re.I)
+POSITION_NAME = re.compile(r"^P\d+(?:-P\d+)?$")
+# the first carrier row/column each plugin gives (bioio standard metadata); CZI: Shape RowIndex and
+# ColumnIndex, 1-based (ZEN names the scene of row 4, column 6 "D6"); others are assumed 1-based
+CARRIER_BASE = {".czi": 1}
+
+
+def well_of_name(name: str) -> tuple[int, int] | None:
+    """(row, column), 1-based, of a well name inside a scene name, or None."""
+    match = WELL_NAME.match(str(name or ""))
+    if not match:
+        return None
+    return row_index(match.group(1)), int(match.group(2))
+
+
+def _named_wells(path: Path, names: list[str], derived: list[tuple[int, int] | None]) -> list[tuple[int, int] | None]:
+    """Each scene's well by its name. ZEN's position names (``P1``, ``P2``; bioio may join the
+    shape's name: ``P1-P1``) are positions, not wells of row P, unless the carrier agrees."""
+    out = []
+    for name, carrier in zip(names, derived):
+        well = well_of_name(name)
+        if well and POSITION_NAME.match(name.strip()) and well != carrier:
+            well = None
+        out.append(well)
+    return out
+
+
+def _scene_well(path: Path, scene: Any, s: int, named: tuple[int, int] | None,
+                derived: tuple[int, int] | None) -> tuple[int, int] | None:
+    if named and derived and named != derived:
+        warn_once(path, f"scene {s} is named {str(scene)!r} (well {_label(named)}) but its derived plate position "
+                        f"says well {_label(derived)}; using the scene's own name")
+    return named or derived
+
+
+def _label(well: tuple[int, int]) -> str:
+    return f"{row_name(well[0])}{well[1]:02d}"
+
+
+def _standard_well(img: Any, path: Path) -> tuple[int, int] | None:
+    """The carrier row and column bioio gives: a row letter, or a number in the plugin's base."""
     md = getattr(img, "standard_metadata", None)
     row, col = getattr(md, "row", None), getattr(md, "column", None)
     if row is None or col is None:
         return None
     row, col = str(row).strip(), str(col).strip()
-    r = row_index(row) if row.isalpha() else int(row) + 1
-    return r, int(col) if col.isdigit() else 1
+    base = CARRIER_BASE.get(path.suffix.lower(), 1)
+    if not (row.isalpha() or row.isdigit()) or not col.isdigit():
+        return None
+    r = row_index(row) if row.isalpha() else int(row) + 1 - base
+    return (r, int(col) + 1 - base) if r >= 1 and int(col) + 1 - base >= 1 else None
 
 
 def _position(img: Any, ome: Any, s: int, path: Path, shape: tuple[int, ...], sizes: Any) -> tuple[float, float]:
