@@ -104,3 +104,26 @@ def test_a_scene_name_and_carrier_that_disagree_is_one_warning_naming_both(cli, 
     assert wells == ["D/06", "D/07"]
     line = next(x for x in err.splitlines() if "derived plate position" in x)
     assert "'D6-D6' (well D06)" in line and "says well E06" in line and "using the scene's own name" in line
+
+
+def test_library_log_records_and_warnings_go_to_the_run_log_not_the_terminal(tmp_path):
+    """bioio-czi logs a traceback for every scene name it cannot parse and xsdata warns about
+    metadata it converts: in a real process, the terminal shows zarrmill's own lines only, and the
+    records are in the log file under the runs folder."""
+    import os
+
+    from conftest import zarrmill_subprocess
+    from pylibCZIrw import czi as pyczi
+
+    require("bioio_czi", "the czi extra reads CZI files")
+    with pyczi.create_czi(str(tmp_path / "plain.czi"), exist_ok=True) as czi:  # scenes named Image:0 by bioio
+        czi.write(np.ones((16, 16), np.uint16), plane={"C": 0, "Z": 0, "T": 0}, scene=0)
+        czi.write_metadata("plain", scale_x=1e-6, scale_y=1e-6)
+    env = {**os.environ, "ZARRMILL_RUNS_DIR": str(tmp_path / "runs")}
+    done = zarrmill_subprocess("task", "ingest", "--executor", "sync", "--set", f"input={tmp_path / 'plain.czi'}",
+                               "--set", f"output={tmp_path / 'out.zarr'}", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    foreign = [line for line in done.stderr.splitlines() if not line.startswith(("[ingest]", "zarrmill: "))]
+    assert not foreign, done.stderr
+    logs = list((tmp_path / "runs" / "logs").glob("*.log"))
+    assert len(logs) == 1 and "Failed to parse position index" in logs[0].read_text()

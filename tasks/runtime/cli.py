@@ -171,13 +171,24 @@ def _libraries_log_to_a_file() -> None:
     path = runs_root() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     handler = FolderOnFirstRecord(path, delay=True, encoding="utf-8")
     handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in LIBRARY_LOGGERS:
+    handler._zarrmill = True  # type: ignore[attr-defined]
+    for name in LIBRARY_LOGGERS + ("",):  # "": the root, where every other library's records arrive
         logger = logging.getLogger(name)
         for old in [h for h in logger.handlers if getattr(h, "_zarrmill", False)]:
             logger.removeHandler(old)  # the in-process CLI of the tests runs many commands
-        handler._zarrmill = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
-        logger.propagate = False
+        logger.propagate = not name
+    # the terminal shows zarrmill's own records only; other libraries' (bioio-czi's tracebacks,
+    # xsdata's converter warnings through Python's warnings) are in the file
+    for terminal in logging.getLogger().handlers:
+        if type(terminal) is logging.StreamHandler and not any(isinstance(f, _OwnRecords) for f in terminal.filters):
+            terminal.addFilter(_OwnRecords())
+    logging.captureWarnings(True)
+
+
+class _OwnRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == "zarrmill" or record.name.startswith("zarrmill.")
 
 
 PATH_ERRNOS = {errno.ENAMETOOLONG: "a file name is too long (255 bytes per name); choose a shorter path",
