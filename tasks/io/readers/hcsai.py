@@ -18,7 +18,7 @@ from ...errors import InputError, InputNotFoundError
 from ..ngff.acquisition import Acquisition, Channel
 from .folder_scan import FolderScan
 from .planes import plane_header
-from .records import Record, finite, plate_shape_for, relative_file, to_acquisition, unlisted_files
+from .records import Record, finite, plate_shape_for, relative_file, to_acquisition, unlisted_files, whole
 
 IMAGE_NAME = re.compile(r"\.tiff?$", re.I)
 COLUMNS = ("Row", "Column", "Field", "Wavelength", "Timepoint", "ZIndex", "ImageSubFolderPath", "ImageFileName",
@@ -35,17 +35,22 @@ def experiment_folder(folder: Path, projections: bool) -> Path:
         raise InputNotFoundError(f"{folder}: HCS.ai folder does not exist")
     if folder.name.startswith("experiment") and any(folder.glob("*.jdce")):
         return folder
-    for base in [folder, *sorted(d for d in folder.iterdir() if d.is_dir()),
-                 *sorted(d for d in folder.glob("*/*") if d.is_dir())]:
+    levels = [[folder], sorted(d for d in folder.iterdir() if d.is_dir()), sorted(d for d in folder.glob("*/*") if d.is_dir())]
+    for level in levels:
+        found = [b for b in level if (b / "experiment_z_stack").is_dir() or (b / "experiment").is_dir()]
+        if len(found) > 1:  # several acquisitions (plates or reruns): which one is the user's to say
+            listed = ", ".join(str(b.relative_to(folder)) for b in found[:5])
+            raise InputError(f"{folder}: {len(found)} HCS.ai acquisitions here ({listed}); give one of them as input")
+        if not found:
+            continue
+        base = found[0]
         stack, plain = base / "experiment_z_stack", base / "experiment"
         if projections:
             if plain.is_dir() and stack.is_dir():
                 return plain
-            if plain.is_dir() or stack.is_dir():
-                raise InputError(f"{base}: no projections (an experiment/ beside an experiment_z_stack/); "
-                                 "leave projections at skip")
-        elif stack.is_dir() or plain.is_dir():
-            return stack if stack.is_dir() else plain
+            raise InputError(f"{base}: no projections (an experiment/ beside an experiment_z_stack/); "
+                             "leave projections at skip")
+        return stack if stack.is_dir() else plain
     raise InputNotFoundError(f"{folder}: no HCS.ai experiment/ folder with a .jdce here or 2 levels below")
 
 
@@ -80,9 +85,10 @@ def read_hcsai(folder: Path, pixel_size_yx: tuple[float, float] | None = None, p
     channels = {}
     for wl in _get(doc, f"{protocol}.Wavelengths", jdce) or []:
         emission = wl.get("EmissionFilter") or {}
-        channels[int(wl.get("Index", len(channels)))] = Channel(
+        channels[whole(wl.get("Index", len(channels)), "Wavelengths.Index", jdce)] = Channel(
             label=str(emission.get("Name") or f"w{len(channels)}"),
-            wavelength_id=str(int(emission["Wavelength"])) if isinstance(emission.get("Wavelength"), (int, float)) else None)
+            wavelength_id=str(int(finite(emission["Wavelength"], "EmissionFilter.Wavelength", jdce)))
+            if isinstance(emission.get("Wavelength"), (int, float)) else None)
     step = finite(_get(doc, f"{protocol}.PlateMap.ZDimensionParameters.Step", jdce), "ZDimensionParameters.Step", jdce)
     with table.open(newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.DictReader(fh))
@@ -107,7 +113,8 @@ def read_hcsai(folder: Path, pixel_size_yx: tuple[float, float] | None = None, p
                               x_um=finite(r["FieldOffsetPointX"], "FieldOffsetPointX", where),
                               y_um=finite(r["FieldOffsetPointY"], "FieldOffsetPointY", where),
                               z_um=finite(z_um, "PositionZUm", where) if z_um else None, well_name=r.get("Well") or None))
-    shape_yx = (int(size.get("Height", 0)), int(size.get("Width", 0))) if isinstance(size, dict) else (0, 0)
+    shape_yx = (whole(size.get("Height", 0), "Camera.Size.Height", jdce),
+                whole(size.get("Width", 0), "Camera.Size.Width", jdce)) if isinstance(size, dict) else (0, 0)
     header_shape, dtype = plane_header(records[0].path) if records[0].path.is_file() else (shape_yx, "uint16")
     return to_acquisition(records, channels, name=exp.parent.name, source=jdce, pixel_size_yx=px,
                           image_shape_yx=tuple(header_shape), dtype=dtype, z_step=step if step > 0 else None,

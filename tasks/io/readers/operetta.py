@@ -47,18 +47,66 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _children(el: ET.Element) -> dict[str, ET.Element]:
-    return {_local(c.tag): c for c in el}
+class _Field:
+    """One leaf of an index entry, kept as its text and unit (not the element: a 1536-well index
+    holds millions of them)."""
+    __slots__ = ("text", "unit")
+
+    def __init__(self, el: ET.Element) -> None:
+        self.text, self.unit = el.text, el.get("Unit")
+
+    def get(self, key: str) -> str | None:
+        return self.unit if key == "Unit" else None
 
 
-def _text(fields: dict[str, ET.Element], name: str, where: str) -> str:
+# what an <Image> is read for: the rest of its fields are not kept
+IMAGE_FIELDS = frozenset({"id", "ChannelID", "ChannelName", "MainEmissionWavelength", "URL", "Row", "Col", "FieldID",
+                          "TimepointID", "PlaneID", "PositionX", "PositionY", "PositionZ", "AbsTime", "ImageResolutionX",
+                          "ImageResolutionY", "ImageSizeX", "ImageSizeY", "MaxIntensity"})
+
+
+def _children(el: ET.Element, keep: frozenset[str] | None = None) -> dict[str, _Field]:
+    fields = ((_local(c.tag), c) for c in el)
+    return {name: _Field(c) for name, c in fields if keep is None or name in keep}
+
+
+def stream_index(index: Path) -> tuple[list[dict[str, _Field]], dict[str, dict[str, _Field]], dict[str, _Field] | None]:
+    """(images, channel maps by ChannelID, plate): the index read element by element, each entry
+    cleared once its fields are kept, so memory follows the planes, not the XML tree."""
+    images: list[dict[str, _Field]] = []
+    maps: dict[str, dict[str, _Field]] = {}
+    plate = None
+    path: list[str] = []
+    try:
+        for event, el in ET.iterparse(index, events=("start", "end")):
+            name = _local(el.tag)
+            if event == "start":
+                path.append(name)
+                continue
+            path.pop()
+            parent = path[-1] if path else ""
+            if name == "Image" and parent == "Images":
+                images.append(_children(el, IMAGE_FIELDS))
+            elif name == "Entry" and parent == "Map" and el.get("ChannelID"):
+                maps.setdefault(el.get("ChannelID"), {}).update(_children(el))
+            elif name == "Plate" and plate is None:
+                plate = _children(el)
+            else:
+                continue
+            el.clear()
+    except ET.ParseError as err:
+        raise InputError(f"{index}: not valid XML ({err})") from err
+    return images, maps, plate
+
+
+def _text(fields: dict[str, _Field], name: str, where: str) -> str:
     el = fields.get(name)
     if el is None or not (el.text or "").strip():
         raise InputError(f"{where}: <{name}> is missing")
     return el.text.strip()
 
 
-def _int(fields: dict[str, ET.Element], name: str, where: str, low: int) -> int:
+def _int(fields: dict[str, _Field], name: str, where: str, low: int) -> int:
     text = _text(fields, name, where)
     try:
         value = int(text)
@@ -69,7 +117,7 @@ def _int(fields: dict[str, ET.Element], name: str, where: str, low: int) -> int:
     return value
 
 
-def _um(fields: dict[str, ET.Element], name: str, where: str, positive: bool = False) -> float:
+def _um(fields: dict[str, _Field], name: str, where: str, positive: bool = False) -> float:
     el = fields.get(name)
     unit = (el.get("Unit") if el is not None else None) or ""
     if unit not in TO_UM:
@@ -79,34 +127,22 @@ def _um(fields: dict[str, ET.Element], name: str, where: str, positive: bool = F
 
 def read_operetta(folder: Path, pixel_size_yx: tuple[float, float] | None = None) -> Acquisition:
     index = find_index(folder)
-    try:
-        root = ET.fromstring(index.read_bytes())
-    except ET.ParseError as err:
-        raise InputError(f"{index}: not valid XML ({err})") from err
-    top = _children(root)
-    images = [el for el in (top["Images"] if "Images" in top else []) if _local(el.tag) == "Image"]
+    images, maps, plate = stream_index(index)
     if not images:
         raise InputError(f"{index}: no <Images><Image> entries")
-    maps: dict[str, dict[str, ET.Element]] = {}  # ChannelID -> fields (Harmony 6+ keeps them here)
-    for entry in (e for m in root.iter() if _local(m.tag) == "Map" for e in m):
-        if entry.get("ChannelID"):
-            maps.setdefault(entry.get("ChannelID"), {}).update(_children(entry))
-    plate_el = next((p for p in root.iter() if _local(p.tag) == "Plate"), None)
-    if plate_el is None:
+    if plate is None:
         raise InputError(f"{index}: no <Plates><Plate> with PlateRows and PlateColumns")
-    plate = _children(plate_el)
     shape = (_int(plate, "PlateRows", f"{index}: <Plate>", 1), _int(plate, "PlateColumns", f"{index}: <Plate>", 1))
     records, channels, first = [], {}, None
-    for el in images:
-        fields = _children(el)
+    for fields in images:
         where = f"{index}: <Image> {(fields['id'].text or '').strip() if 'id' in fields else '?'}"
         ch = _text(fields, "ChannelID", where)
         fields = {**maps.get(ch, {}), **fields}
         first = first or (fields, where)
         if ch not in channels:
             emission = fields.get("MainEmissionWavelength")
-            channels[ch] = Channel(label=_text(fields, "ChannelName", where),
-                                   wavelength_id=str(int(float(emission.text))) if emission is not None and emission.text else None)
+            channels[ch] = Channel(label=_text(fields, "ChannelName", where), wavelength_id=str(int(finite(
+                emission.text, "MainEmissionWavelength", where))) if emission is not None and emission.text else None)
         path = relative_file(index.parent, _text(fields, "URL", where), where, "URL")
         records.append(Record(row=_int(fields, "Row", where, 1), col=_int(fields, "Col", where, 1),
                               field=_int(fields, "FieldID", where, 1), t=_int(fields, "TimepointID", where, 0),

@@ -64,6 +64,18 @@ def finite(value: object, what: str, source: object, positive: bool = False) -> 
     return number
 
 
+def whole(value: object, what: str, source: object, low: int = 0) -> int:
+    """A whole number of at least ``low`` (``"3"``, ``3``, ``3.0``), else one line naming the file and
+    the field."""
+    try:
+        number = float(str(value).strip())
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number != int(number) or number < low:
+        raise InputError(f"{source}: {what}={value!r} must be a whole number of at least {low}")
+    return int(number)
+
+
 def relative_file(folder: Path, name: str, source: object, what: str) -> Path:
     """A file a record names, relative to ``folder``: sub-folders are fine (instruments write
     ``Projection/...`` or ``timepoint1/...``), a path that leaves the folder is refused."""
