@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Callable
 
 from ...errors import InputError, InputNotFoundError
 from ..ngff.acquisition import Acquisition, Channel
@@ -70,11 +71,11 @@ def _children(el: ET.Element, keep: frozenset[str] | None = None) -> dict[str, _
     return {name: _Field(c) for name, c in fields if keep is None or name in keep}
 
 
-def stream_index(index: Path) -> tuple[list[dict[str, _Field]], dict[str, dict[str, _Field]], dict[str, _Field] | None]:
-    """(images, channel maps by ChannelID, plate): the index read element by element, each entry
-    cleared once its fields are kept, so memory follows the planes, not the XML tree."""
-    images: list[dict[str, _Field]] = []
-    maps: dict[str, dict[str, _Field]] = {}
+def stream_index(index: Path, on_image: Callable[[dict[str, _Field]], None],
+                 maps: dict[str, dict[str, _Field]]) -> dict[str, _Field] | None:
+    """The plate: the index read element by element; each <Image>'s fields go to ``on_image``,
+    each channel <Map> entry into ``maps`` (by ChannelID) as it comes, and the element is cleared,
+    so memory follows what the caller keeps, not the XML tree."""
     plate = None
     path: list[str] = []
     try:
@@ -86,7 +87,7 @@ def stream_index(index: Path) -> tuple[list[dict[str, _Field]], dict[str, dict[s
             path.pop()
             parent = path[-1] if path else ""
             if name == "Image" and parent == "Images":
-                images.append(_children(el, IMAGE_FIELDS))
+                on_image(_children(el, IMAGE_FIELDS))
             elif name == "Entry" and parent == "Map" and el.get("ChannelID"):
                 maps.setdefault(el.get("ChannelID"), {}).update(_children(el))
             elif name == "Plate" and plate is None:
@@ -96,7 +97,7 @@ def stream_index(index: Path) -> tuple[list[dict[str, _Field]], dict[str, dict[s
             el.clear()
     except ET.ParseError as err:
         raise InputError(f"{index}: not valid XML ({err})") from err
-    return images, maps, plate
+    return plate
 
 
 def _text(fields: dict[str, _Field], name: str, where: str) -> str:
@@ -125,32 +126,57 @@ def _um(fields: dict[str, _Field], name: str, where: str, positive: bool = False
     return finite(_text(fields, name, where), name, where, positive) * TO_UM[unit]
 
 
+class _Records:
+    """Each <Image> becomes its Record as it is read; one whose channel fields are in a <Map> not
+    read yet waits for the end of the index."""
+
+    def __init__(self, index: Path) -> None:
+        self.index = index
+        self.maps: dict[str, dict[str, _Field]] = {}  # filled while streaming (Harmony 6+: <Maps> come first)
+        self.records: list[Record] = []
+        self.channels: dict[str, Channel] = {}
+        self.first: tuple[dict[str, _Field], str] | None = None
+        self.waiting: list[dict[str, _Field]] = []
+
+    def add(self, fields: dict[str, _Field]) -> None:
+        where = f"{self.index}: <Image> {(fields['id'].text or '').strip() if 'id' in fields else '?'}"
+        ch = _text(fields, "ChannelID", where)
+        if ch not in self.maps and "ChannelName" not in fields and self.waiting is not None:
+            self.waiting.append(fields)
+            return
+        fields = {**self.maps.get(ch, {}), **fields}
+        self.first = self.first or (fields, where)
+        if ch not in self.channels:
+            emission = fields.get("MainEmissionWavelength")
+            self.channels[ch] = Channel(label=_text(fields, "ChannelName", where), wavelength_id=str(int(finite(
+                emission.text, "MainEmissionWavelength", where))) if emission is not None and emission.text else None)
+        path = relative_file(self.index.parent, _text(fields, "URL", where), where, "URL")
+        self.records.append(Record(
+            row=_int(fields, "Row", where, 1), col=_int(fields, "Col", where, 1), field=_int(fields, "FieldID", where, 1),
+            t=_int(fields, "TimepointID", where, 0), channel=ch, z=_int(fields, "PlaneID", where, 1), path=path,
+            x_um=_um(fields, "PositionX", where), y_um=-_um(fields, "PositionY", where),
+            z_um=_um(fields, "PositionZ", where) if "PositionZ" in fields else None,
+            time=(fields["AbsTime"].text or "").strip() or None if "AbsTime" in fields else None))
+
+    def finish(self) -> None:
+        waiting, self.waiting = self.waiting, None
+        for fields in waiting or []:
+            self.add(fields)
+
+
 def read_operetta(folder: Path, pixel_size_yx: tuple[float, float] | None = None) -> Acquisition:
     index = find_index(folder)
-    images, maps, plate = stream_index(index)
-    if not images:
+    read = _Records(index)
+    plate = stream_index(index, read.add, read.maps)
+    read.finish()
+    if not read.records:
         raise InputError(f"{index}: no <Images><Image> entries")
     if plate is None:
         raise InputError(f"{index}: no <Plates><Plate> with PlateRows and PlateColumns")
     shape = (_int(plate, "PlateRows", f"{index}: <Plate>", 1), _int(plate, "PlateColumns", f"{index}: <Plate>", 1))
-    records, channels, first = [], {}, None
-    for fields in images:
-        where = f"{index}: <Image> {(fields['id'].text or '').strip() if 'id' in fields else '?'}"
-        ch = _text(fields, "ChannelID", where)
-        fields = {**maps.get(ch, {}), **fields}
-        first = first or (fields, where)
-        if ch not in channels:
-            emission = fields.get("MainEmissionWavelength")
-            channels[ch] = Channel(label=_text(fields, "ChannelName", where), wavelength_id=str(int(finite(
-                emission.text, "MainEmissionWavelength", where))) if emission is not None and emission.text else None)
-        path = relative_file(index.parent, _text(fields, "URL", where), where, "URL")
-        records.append(Record(row=_int(fields, "Row", where, 1), col=_int(fields, "Col", where, 1),
-                              field=_int(fields, "FieldID", where, 1), t=_int(fields, "TimepointID", where, 0),
-                              channel=ch, z=_int(fields, "PlaneID", where, 1), path=path,
-                              x_um=_um(fields, "PositionX", where), y_um=-_um(fields, "PositionY", where),
-                              z_um=_um(fields, "PositionZ", where) if "PositionZ" in fields else None,
-                              time=(fields["AbsTime"].text or "").strip() or None if "AbsTime" in fields else None))
-    fields, where = first
+    records, channels = read.records, read.channels
+    assert read.first is not None
+    fields, where = read.first
     px = pixel_size_yx or (_um(fields, "ImageResolutionY", where, True), _um(fields, "ImageResolutionX", where, True))
     size = (_int(fields, "ImageSizeY", where, 1), _int(fields, "ImageSizeX", where, 1))
     max_intensity = _int(fields, "MaxIntensity", where, 1) if "MaxIntensity" in fields else 65535

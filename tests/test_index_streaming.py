@@ -1,0 +1,47 @@
+"""Instrument indexes are read streaming: memory follows the planes zarrmill keeps, not the size of
+the XML (a 1536-well Harmony index is hundreds of MB). Each index here is padded with the kind of
+per-image detail instruments write and zarrmill does not keep; reading it must peak well below the
+file's own size (a whole-tree parse takes several times the file)."""
+from __future__ import annotations
+
+import re
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from helpers import run_task
+
+PAD = "x" * 6000  # per image: settings, acquisition notes, ... (not read)
+
+
+def pad(path: Path, tag: str, inside: str) -> int:
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(f"(<{tag}\\b[^>]*>)", lambda m: m.group(1) + inside, text)
+    path.write_text(text, encoding="utf-8")
+    return path.stat().st_size
+
+
+@pytest.mark.parametrize("fmt", ["operetta", "scanr"])
+def test_an_index_is_read_in_memory_well_below_its_size(cli, tmp_path, fmt):
+    from zarrmill.io.readers.registry import ReadOptions, reader
+
+    raw = tmp_path / "raw"
+    code, err = run_task(cli, "generate-plate", f"output={raw}", f"format={fmt}", "wells=[B03,B04,C03,C04]",
+                         "grid=[3,3]", "shape=[8,8]", "channels=2", "z_planes=3", "blobs_per_field=0")
+    assert code == 0, err
+    if fmt == "operetta":
+        size = pad(raw / "Images" / "Index.idx.xml", "Image", f"<Notes>{PAD}</Notes>")
+    else:
+        index = next(raw.rglob("*.ome.xml"))
+        size = pad(index, "Image", f"<Description>{PAD * 6}</Description>")  # one image per field: more each
+    assert size > 1_000_000
+    options = ReadOptions(plate_shape=(8, 12) if fmt == "scanr" else None)
+    reader(fmt).read(raw, options)  # imports and caches first: only the read itself is measured
+    tracemalloc.start()
+    try:
+        acq = reader(fmt).read(raw, options)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(acq.planes) == 4 * 9 * 2 * 3
+    assert peak < size / 4, f"peak {peak / 1e6:.1f} MB reading a {size / 1e6:.1f} MB index"
