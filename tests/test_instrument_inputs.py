@@ -244,3 +244,33 @@ def test_pixel_size_overrides_every_instrument_format(cli, tmp_path):
         generate(cli, raw, fmt)
         acq = reader(fmt).read(raw, ReadOptions(pixel_size_yx=(0.9, 0.8), z_step=3.0, plate_shape=(8, 12)))
         assert (acq.pixel_size_yx, acq.z_step) == ((0.9, 0.8), 3.0), fmt
+
+
+MALFORMED = {  # a number the instrument metadata carries, made unreadable
+    "operetta": ("Index.idx.xml", r'<MainEmissionWavelength Unit="nm">\d+<', '<MainEmissionWavelength Unit="nm">n/a<',
+                 "MainEmissionWavelength"),
+    "hcsai-size": ("*.jdce", r'"Height": \d+', '"Height": "big"', "Camera.Size.Height"),
+    "hcsai-index": ("*.jdce", r'"Index": 0', '"Index": "first"', "Wavelengths.Index"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_number_in_instrument_metadata_is_one_line_naming_file_and_field(cli, tmp_path, case):
+    raw, out = tmp_path / "raw", tmp_path / "o.zarr"
+    fmt = case.split("-")[0]
+    generate(cli, raw, fmt)
+    name, pattern, new, field = MALFORMED[case]
+    f = next(raw.rglob(name))
+    text = f.read_text(encoding="utf-8")
+    assert re.search(pattern, text), pattern
+    f.write_text(re.sub(pattern, new, text, count=1), encoding="utf-8")
+    code, _, err = ingest(cli, raw, out, *(["plate_shape=[8,12]"] if fmt == "hcsai" else []))
+    one_line(code, err, out, f.name, field)
+
+
+def test_an_hcsai_folder_with_two_acquisitions_asks_for_one(cli, tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "o.zarr"
+    generate(cli, raw / "plate1", "hcsai")
+    generate(cli, raw / "plate2", "hcsai")
+    code, _, err = ingest(cli, raw, out, "format=hcsai", "plate_shape=[8,12]")
+    one_line(code, err, out, "2 HCS.ai acquisitions here", "plate1", "plate2", "give one of them as input")
