@@ -361,13 +361,21 @@ def test_a_killed_run_leaves_a_store_check_refuses_and_a_rerun_finishes(world):
     assert zarrmill_subprocess("check", "big.zarr", cwd=world / "cwd").returncode == 0
 
 
-@pytest.mark.parametrize("store", ["bare-group", "array", "no-ome", "no-version", "unfinished", "corrupt-json"])
+def test_check_passes_a_bare_zarr_array_as_the_kind_it_is(cli, world):
+    path = world / "cwd" / "bare.zarr"
+    zarr.create_array(str(path), shape=(4, 6), chunks=(2, 3), dtype="uint16")[...] = 3
+    code, out, _ = cli("check", path)
+    assert code == 0 and ": ok (zarr array, " in out, out
+
+
+@pytest.mark.parametrize("store", ["bare-group", "damaged-array", "no-ome", "no-version", "unfinished", "corrupt-json"])
 def test_check_refuses_what_is_not_a_finished_ome_zarr(cli, world, store):
     path = world / "cwd" / "s.zarr"
     if store == "bare-group":
         zarr.open_group(str(path), mode="w")
-    elif store == "array":
-        zarr.create_array(str(path), shape=(2,), dtype="uint8")
+    elif store == "damaged-array":  # a bare array is checked as the array it is: its chunks must decode
+        zarr.create_array(str(path), shape=(4,), chunks=(2,), dtype="uint8")[...] = 7
+        (path / "c" / "1").write_bytes(b"not a chunk")
     elif store == "no-ome":
         zarr.open_group(str(path), mode="w").attrs["hello"] = 1
     else:
@@ -381,7 +389,7 @@ def test_check_refuses_what_is_not_a_finished_ome_zarr(cli, world, store):
             (path / "zarr.json").write_bytes(b'{"zarr_format": 3, "node_type": "gr')
     code, out, err = cli("check", path)
     assert code == 1 and "Traceback" not in out + err
-    reason = {"bare-group": "no OME-NGFF metadata", "array": "a bare zarr array", "no-ome": "no OME-NGFF metadata",
+    reason = {"bare-group": "no OME-NGFF metadata", "damaged-array": "cannot read the array", "no-ome": "no OME-NGFF metadata",
               "no-version": "has no 'version'", "unfinished": "is unfinished",
               "corrupt-json": "not valid JSON"}[store]
     assert reason in out, out  # the reason, not only the exit code

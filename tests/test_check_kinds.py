@@ -34,6 +34,7 @@ OUTPUTS = {  # output -> (kind check names, task, --set values)
     "points.zarr": ("patch store", "patch-extract", ["input={img.ome.zarr}", "points={pts.csv}",
                                                     "cuboid=[2,8,8]"]),
     "cc": ("cluster-check results", "cluster-check", ["units=3"]),
+    "rebare.zarr": ("zarr array", "rechunk", ["input={bare.zarr}", "chunks=[4,16,16]"]),
 }
 IN_PLACE = {  # tasks that add to a store: (store, kind after, task, --set values)
     "pyramid": ("img.ome.zarr", "image", "pyramid", ["input={img.ome.zarr}", "min_size=16"]),
@@ -54,9 +55,11 @@ def world(tmp_path_factory) -> Path:
         np.save(root / "cases" / f"case_{i}.npy", rng.integers(0, 100, (1, 16, 32, 32)).astype("float32"))
     np.save(root / "mask.npy", (rng.random((8, 64, 64)) > 0.5).astype("uint16"))
     (root / "pts.csv").write_text("z,y,x\n4,30,30\n2,10,10\n")
+    bare = zarr.create_array(str(root / "bare.zarr"), shape=(8, 32, 32), chunks=(8, 8, 8), dtype="uint16")
+    bare[...] = rng.integers(0, 1000, (8, 32, 32)).astype("uint16")  # a bare array, no OME metadata
 
     def fill(value: str) -> str:  # "{name}" -> that output's path in this world
-        for name in list(OUTPUTS) + ["cases", "mask.npy", "pts.csv"]:
+        for name in list(OUTPUTS) + ["cases", "mask.npy", "pts.csv", "bare.zarr"]:
             value = value.replace("{" + name + "}", str(root / name))
         return value
 
@@ -95,8 +98,8 @@ def test_in_place_tasks_leave_an_image_check_passes(cli, world):
     assert (world / "img.ome.zarr" / "labels" / "cells").is_dir()  # labels added a label image
 
 
-ZARR_OUTPUTS = [o for o in sorted(OUTPUTS) if OUTPUTS[o][0] not in
-                ("instrument folder", "tune results", "cluster-check results", "compressed .b2nd set")]
+ZARR_OUTPUTS = [o for o in sorted(OUTPUTS) if OUTPUTS[o][0] not in  # groups (a bare array has no members)
+                ("instrument folder", "tune results", "cluster-check results", "compressed .b2nd set", "zarr array")]
 
 
 @pytest.mark.parametrize("out", ZARR_OUTPUTS + ["img.ome.zarr"])

@@ -83,12 +83,14 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
     if there:
         if ctx.resume and _exists(path) and _matches(zarr.open_array(zarr_url(path), mode="r"), spec):
             return zarr.open_array(zarr_url(path), mode="r+")
-        if not (ctx.overwrite or ctx.resume) and not _is_empty_dir(path):
+        empty = guard.place.is_empty(path)  # nothing, or only the claim of a store that is this array
+        if not (ctx.overwrite or ctx.resume) and not empty:
             raise OutputExistsError(
                 f"{path}: an array already exists here (not from this step's ledger); rerun with "
                 f"--overwrite to replace it, or choose another output")
-        guard.remove(path)
-    guard.will_create(path, absent=True if is_remote(path) else None)
+        if not empty:
+            guard.remove(path)
+    guard.will_create(path, absent=True if is_remote(path) and not there else None)
     kwargs: dict[str, Any] = dict(
         shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,
         compressors=spec.codec.for_format(spec.zarr_format), fill_value=0,
@@ -109,10 +111,6 @@ def _node_there(path: Any) -> bool:
 
         return has_objects(path)
     return path.exists() or path.is_symlink()
-
-
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
 
 
 def open_input_array(path: str | Path) -> zarr.Array:

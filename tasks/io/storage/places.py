@@ -169,7 +169,8 @@ class BucketPlace:
         return [as_location(str(node).rstrip("/")) / name for name in names]
 
     def is_empty(self, node: Any) -> bool:
-        return not keys_under(node)
+        """No object under the node but, at the root, the store's claim."""
+        return not [k for k in keys_under(node) if k != f"{key_of(self.root)}/{CLAIM_FILE}"]
 
     def exists(self, node: Any) -> bool:
         return has_objects(node)
