@@ -16,12 +16,11 @@ Speed: patches are sorted by z (then y) and cut in units of consecutive patches;
 bounded cache of decoded chunks (``cache_mb``) means each input chunk is decoded about once.
 Output (zarr v3): ``patches`` (N, C, Z, Y, X) in chunks of ``patches_per_chunk`` patches (4: one read
 decodes ~4 patches) and shards of ``patches_per_shard``; a unit writes whole shards only. ``table/`` holds zarr columns (point_id,
-center, origin, size, label, status) and ``points.csv`` the same rows for any CSV reader; the
-store's attributes record where every patch came from. Read it with ``PatchDataset(store)``."""
+center, origin, size, label, status: the points table, read as rows by ``points_table(store)``; a
+table in zarr arrays, so zarr-python walks the store without a warning); the store's attributes
+record where every patch came from. Read the patches with ``PatchDataset(store)``."""
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 from typing import Literal
@@ -33,9 +32,8 @@ from pydantic import Field, model_validator
 from .errors import ConfigError, InputError, warn
 from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array,
                                 write_region)
-from .io.storage.atomic import atomic_write_bytes
 from .io.storage.chunk_read import read_chunk
-from .io.training.store_check import PATCH_STATUS
+from .io.training.patch_table import PATCH_STATUS
 from .io.training.cuboids import (
     ChunkCache,
     cast,
@@ -51,7 +49,7 @@ from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 from .io.storage.location import as_location, is_remote, zarr_url
 
-STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points.csv shows
+STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_table shows
 
 
 class Params(TaskParams):
@@ -239,7 +237,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         raise InputError(f"{p.points or p.input}: no patches to extract")
     _check_pad_value(p, arr.dtype)
     out = p.output_path()
-    _report_dropped(p, req["status"], out / "points.csv")
+    _report_dropped(p, req["status"], out / "table")
     ensure_group(out, 3, ctx)
     shape = (n, lead) + out_size(p)
     chunk = min(p.patches_per_chunk, n)
@@ -325,19 +323,7 @@ def run_unit(p: Params, unit: Unit) -> int:
 
 def finish(p: Params, ctx: PlanContext) -> None:
     out = p.output_path()
-    cols = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[...] for k in
-            ("point_id", "center", "origin", "size", "label", "status")}
-    n_space = cols["center"].shape[1]
-    axes = "zyx"[-n_space:]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["index", "point_id", "source"] + [f"center_{a}" for a in axes] + [f"origin_{a}" for a in axes]
-                    + [f"size_{a}" for a in axes] + ["label", "status"])
-    for i in range(len(cols["point_id"])):
-        writer.writerow([i, int(cols["point_id"][i]), p.input] + [round(float(v), 4) for v in cols["center"][i]]
-                        + [int(v) for v in cols["origin"][i]] + [int(v) for v in cols["size"][i]]
-                        + [int(cols["label"][i]), STATUS[int(cols["status"][i])]])
-    atomic_write_bytes(out / "points.csv", buf.getvalue().encode())
+    cols = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[...] for k in ("point_id", "status")}
     arr, vs = open_image(p)
     kept = int((cols["status"] == 0).sum())
     zarr.open_group(zarr_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {

@@ -104,29 +104,26 @@ ZARR_OUTPUTS = [o for o in sorted(OUTPUTS) if OUTPUTS[o][0] not in  # groups (a 
 
 @pytest.mark.parametrize("out", ZARR_OUTPUTS + ["img.ome.zarr"])
 def test_zarr_python_walks_every_output_without_a_warning_or_a_bookkeeping_node(world, out):
-    """Warnings are errors, with one documented exception: a patch store's ``points.csv`` (the
-    table for CSV readers, which the issue names as part of the store) is a file in the root
-    group, and zarr-python warns about every file that is not a zarr node."""
+    """Warnings are errors, with no exception: a patch store's points table is zarr columns
+    (``table/``), not a file zarr-python would warn about."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         group = zarr.open_group(str(world / out), mode="r")
         names = [name for name, _ in group.members(max_depth=None)]
         group.tree()
     messages = [str(w.message) for w in caught]
-    allowed = ["Object at points.csv is not recognized as a component of a Zarr hierarchy."] \
-        if OUTPUTS.get(out, ("",))[0] == "patch store" else []
-    assert sorted(set(messages)) == allowed, messages
+    assert messages == [], messages
     assert names and not [n for n in names if "zarrmill" in n or n.split("/")[-1].startswith(".")]
 
 
-def _drop_csv_row(path: Path) -> None:
-    table = path / "points.csv"
-    table.write_text("".join(table.read_text().splitlines(keepends=True)[:-1]))
+def _drop_table_row(path: Path) -> None:
+    labels = zarr.open_array(str(path / "table" / "label"), mode="r")[...]
+    zarr.create_array(str(path / "table" / "label"), data=labels[:-1], overwrite=True)
 
 
 def _flip_status(path: Path) -> None:
-    table = path / "points.csv"
-    table.write_text(table.read_text().replace(",kept\n", ",dropped: NaN coordinate\n", 1))
+    status = zarr.open_array(str(path / "table" / "status"), mode="r+")
+    status[0] = 1 if status[0] == 0 else 0
 
 
 def _set_case_shape(path: Path) -> None:
@@ -165,8 +162,8 @@ def _lose_roi_level(path: Path) -> None:
 
 
 DEFECTS = {
-    "points.zarr": (_drop_csv_row, "rows, but the store holds"),
-    "grid.zarr": (_flip_status, "says another status than table/status"),
+    "points.zarr": (_drop_table_row, "table/label: 1 rows, not 2"),
+    "grid.zarr": (_flip_status, "attributes say"),
     "b2": (_set_case_shape, "records"),
     "cz.zarr": (_set_case_shape, "records"),
     "tune": (_bad_recommendation, "not parameters compress accepts"),

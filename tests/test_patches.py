@@ -1,6 +1,5 @@
 """patch-extract on real stores: every cuboid against a brute-force reference, edges, resampling,
 random and grid modes, bad input."""
-import csv
 import itertools
 import math
 import shutil
@@ -36,8 +35,9 @@ def extract(cli, tmp_path, image, *sets, executor="sync"):
 
 
 def table(store: Path) -> list[dict]:
-    with open(store / "points.csv") as fh:
-        return list(csv.DictReader(fh))
+    from zarrmill.io.training.patch_table import points_table
+
+    return points_table(store)
 
 
 def reference_cut(vol: np.ndarray, o, size, mode="constant", value=0) -> np.ndarray:
@@ -140,7 +140,7 @@ def test_cellfinder_xml_and_bad_points_are_recorded_not_crashes(cli, tmp_path):
     rows = {tuple(int(float(r[f"center_{a}"])) for a in "zyx"): r for r in table(tmp_path / "patches.zarr")}
     assert rows[(10, 20, 18)]["status"] == rows[(5, 8, 30)]["status"] == "kept"
     assert rows[(100, 5, 5)]["status"] == rows[(-3, 5, 5)]["status"] == "dropped: center outside the image"
-    assert rows[(10, 20, 18)]["label"] == "2" and rows[(5, 8, 30)]["label"] == "1"
+    assert rows[(10, 20, 18)]["label"] == 2 and rows[(5, 8, 30)]["label"] == 1
     np.save(tmp_path / "nan.npy", np.asarray([[np.nan, 1, 1], [10, 20, 18]]))
     shutil.rmtree(tmp_path / "patches.zarr")
     code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'nan.npy'}", "cuboid=[4,8,8]")
@@ -158,7 +158,7 @@ def test_malformed_points_and_oversized_cuboid_are_one_line(cli, tmp_path):
     assert code == 2 and "not valid XML" in err
     code, _, err = extract(cli, tmp_path, image, "mode=random", "cuboid=[40,8,8]")
     assert code == 2 and "cuboid [40, 8, 8] is larger than the image [23, 41, 37]" in err
-    assert not (tmp_path / "patches.zarr" / "points.csv").exists()
+    assert not (tmp_path / "patches.zarr" / "table").exists()
 
 
 def test_random_mode_reproducible_and_foreground_fraction(cli, tmp_path):
@@ -251,13 +251,13 @@ def test_units_end_where_an_input_chunk_layer_starts():
     assert [layer[a] for a, _ in ranges] == [0, 1, 2, 3]
 
 
-def test_dropped_points_are_counted_by_reason_in_one_warning_naming_points_csv(cli, tmp_path):
+def test_dropped_points_are_counted_by_reason_in_one_warning_naming_the_table(cli, tmp_path):
     image = make_image(tmp_path, cli)
     np.save(tmp_path / "pts.npy", np.asarray([[np.nan, 1, 1], [10, 20, 18], [100, 5, 5], [-3, 5, 5], [0, 0, 0]]))
     code, _, err = extract(cli, tmp_path, image, f"points={tmp_path / 'pts.npy'}", "cuboid=[4,8,8]")
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("zarrmill: warning:")]
-    assert warnings == [f"zarrmill: warning: {tmp_path / 'patches.zarr' / 'points.csv'}: 4 of 5 points dropped "
+    assert warnings == [f"zarrmill: warning: {tmp_path / 'patches.zarr' / 'table'}: 4 of 5 points dropped "
                         "(1 NaN coordinate, 2 center outside the image, 1 cuboid crosses the image edge "
                         "(edge: drop)); their rows say why"], err
     assert sorted(r["status"] for r in table(tmp_path / "patches.zarr")).count("kept") == 1

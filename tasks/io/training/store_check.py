@@ -4,7 +4,6 @@
 returns every problem found, one line each; an empty list means the output keeps its contract."""
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,8 @@ import numpy as np
 import zarr
 
 from ..storage.location import as_location, is_remote, zarr_url
+from .patch_table import PATCH_STATUS, TABLE_COLUMNS
 
-PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the image",
-                "dropped: cuboid crosses the image edge (edge: drop)")
-TABLE_COLUMNS = ("point_id", "center", "origin", "size", "label", "status")
 # a .b2nd set keeps its summary in zarrmill/ (nnU-Net takes every top-level file for a case);
 # a zarr set in its root attributes (zarr-python warns about any file that is not a zarr node)
 COMPRESS_SUMMARY = "zarrmill/compress.json"
@@ -68,24 +65,9 @@ def patch_store_problems(root: Path) -> list[str]:
     if kept != meta.get("kept") or n - kept != meta.get("dropped"):
         out.append(f"{root}: attributes say {meta.get('kept')} kept and {meta.get('dropped')} dropped; the table "
                    f"has {kept} kept and {n - kept} dropped")
-    out += _points_csv_problems(root / "points.csv", status, n)
     if not out:
         out += _dataset_problems(root, kept, [patches.shape[1]] + size)
     return out
-
-
-def _points_csv_problems(path: Path, status: np.ndarray, n: int) -> list[str]:
-    import io
-
-    try:
-        rows = list(csv.DictReader(io.StringIO(path.read_text(), newline="")))
-    except OSError:
-        return [f"{path}: missing; patch-extract writes one row per patch"]
-    if len(rows) != n:
-        return [f"{path}: {len(rows)} rows, but the store holds {n} patches"]
-    wrong = [i for i, (row, s) in enumerate(zip(rows, status))
-             if 0 <= s < len(PATCH_STATUS) and row.get("status") != PATCH_STATUS[s]]
-    return [f"{path}: row {wrong[0]} (and {len(wrong) - 1} more) says another status than table/status"] if wrong else []
 
 
 def _dataset_problems(root: Path, kept: int, item_shape: list[int]) -> list[str]:
