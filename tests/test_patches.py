@@ -290,3 +290,24 @@ def test_a_pad_value_the_dtype_cannot_hold_is_refused(cli, tmp_path):
                            "pad_value=70000")
     assert code == 2 and "pad_value 70000 does not fit the image's uint16 (0..65535)" in err
     assert not (tmp_path / "patches.zarr").exists()
+
+
+@pytest.mark.parametrize("text", ["z,y,x\n1,2.5,3\n4,5,6\n", "z\ty\tx\n1\t2.5\t3\n4\t5\t6\n", "z;y;x\n1;2.5;3\n4;5;6\n",
+                                  "z y x\n1 2.5 3\n4   5 6\n", "# cells\nz, y, x\n1, 2.5, 3\n4, 5, 6\n"])
+def test_points_files_in_any_common_delimiter_are_read_right(tmp_path, text):
+    from zarrmill.io.readers.points import read_points
+
+    (tmp_path / "p.txt").write_text(text)
+    np.testing.assert_array_equal(read_points(tmp_path / "p.txt").zyx, [[1, 2.5, 3], [4, 5, 6]])
+
+
+@pytest.mark.parametrize("text,where", [("z y x\n1,5 2,5 3,5\n", "p.txt:2:"),  # decimal commas, space separated
+                                        ("z,y,x\n1 2 3\n", "p.txt:2: 1 values"),  # a row split another way
+                                        ("z;y;x\n1;2;3\n4,5,6\n", "p.txt:3: 1 values")])
+def test_points_rows_split_another_way_than_the_header_are_refused_naming_the_line(tmp_path, text, where):
+    from zarrmill.errors import InputError
+    from zarrmill.io.readers.points import read_points
+
+    (tmp_path / "p.txt").write_text(text)
+    with pytest.raises(InputError, match=where):
+        read_points(tmp_path / "p.txt")
