@@ -60,9 +60,9 @@ class Params(TaskParams):
     blobs_per_field: int = Field(60, ge=0, le=MAX_COUNT)
     blob_radius: float = Field(12.0, gt=0, le=MAX_INDEX)
     seed: Seed = 0
-    sparse: Literal["no", "mixed", "qc"] = Field(
-        "no", description="cellvoyager, operetta, metaxpress, imagexpress: which channels and time points each well "
-        "is imaged with. no: all; mixed: every other well one channel of its own, every third well one time point; "
+    sparse: Literal["none", "mixed", "qc"] = Field(
+        "none", description="cellvoyager, operetta, metaxpress, imagexpress: which channels and time points each well "
+        "is imaged with. none: all; mixed: every other well one channel of its own, every third well one time point; "
         "qc: each well one channel at its own time point (an illumination or QC plate)")
     failed_fields: int = Field(0, ge=0, le=MAX_COUNT, description="cellvoyager, operetta, metaxpress, imagexpress: "
                                "the last field of this many wells was not imaged (cellvoyager: an ERR record, "
@@ -76,7 +76,7 @@ class Params(TaskParams):
     def _check(self) -> "Params":
         if self.projections and (self.format not in ("cq", "metaxpress", "imagexpress") or self.z_planes < 2):
             raise ValueError("projections is for cq, metaxpress and imagexpress stacks (z_planes > 1)")
-        if (self.sparse != "no" or self.failed_fields) and self.format not in SPARSE_FORMATS:
+        if (self.sparse != "none" or self.failed_fields) and self.format not in SPARSE_FORMATS:
             raise ValueError(f"sparse and failed_fields are for {', '.join(SPARSE_FORMATS)}")
         return self
 

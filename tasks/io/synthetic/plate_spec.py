@@ -26,7 +26,7 @@ class PlateSpec:
     seed: int
     n_t: int = 1  # time points
     wells: tuple[str, ...] = ()  # in the order generate-plate lists them
-    sparse: str = "no"  # no | mixed | qc: which channels and time points each well is imaged with
+    sparse: str = "none"  # none | mixed | qc: which channels and time points each well is imaged with
     failed_fields: int = 0  # fields the instrument could not image (the last field of the first wells)
     fields_per_well: int = 1
 
