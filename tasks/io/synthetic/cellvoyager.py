@@ -6,16 +6,13 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 from xml.sax.saxutils import escape
 
 import numpy as np
 
 from ..ngff.acquisition import row_index
 from .blobs import Blobs, render, to_dtype
-
-if TYPE_CHECKING:
-    from .plate_spec import PlateSpec
 
 BTS = "http://www.yokogawa.co.jp/BTS/BTSSchema/1.0"
 
@@ -82,8 +79,8 @@ def err_record(fs: FieldSpec, t: int) -> str:
 
 
 def mlf_text(fields: list[FieldSpec], plate: str, n_z: int, n_c: int, z_step: float, n_t: int = 1,
-             spec: "PlateSpec | None" = None) -> str:
-    """Records for every plane; with ``spec``, only the channels and time points each well was imaged
+             spec: Any = None) -> str:
+    """Records for every plane; with ``spec`` (a PlateSpec), only the channels and time points each well was imaged
     with, and an ERR record instead of the planes of a field the instrument failed."""
     records = []
     for t in range(1, n_t + 1):
@@ -146,7 +143,7 @@ def finish(out: Path, spec, fields: list[FieldSpec]) -> None:
                        mlf_text(fields, spec.plate, spec.n_z, spec.n_c, spec.z_step, spec.n_t, spec).encode())
 
 
-def settings_files(spec) -> dict[str, str]:
+def settings_files(spec: Any) -> dict[str, str]:
     """The measurement settings (.mes: channels with target, fluorophore, filter, exposure, colour),
     the plate (.wpi) and the plate product (.wpp) the mrf names, as a CV7000 writes them beside it."""
     name = escape(spec.plate, {'"': "&quot;"})
