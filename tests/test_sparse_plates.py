@@ -158,3 +158,31 @@ def test_missing_planes_cost_no_read_and_no_write(cli, tmp_path, monkeypatch):
             assert bool(chunks) == present and bool(data.any()) == present, (well, field, len(chunks))
     image = zarr.open_group(str(out / "B/03/0"), mode="r")
     assert len(image.attrs["zarrmill"]["missing_planes"]) == 2  # one channel, one time point, 2 z
+
+
+def test_reshard_keeps_each_wells_own_channels_and_leaves_the_overview_out(cli, tmp_path):
+    """reshard of a sparse per-FOV plate: each well image has its own channels, time points and
+    acquisition; the FOV ROI table lists the fields the instrument imaged; no overview (its wells
+    differ in channels), said in one warning line; check passes."""
+    from zarrmill.io.ngff.fov_table import read_roi_table
+
+    raw, fov, wells = tmp_path / "raw", tmp_path / "plate.ome.zarr", tmp_path / "wells.ome.zarr"
+    p = generate(cli, raw, "cellvoyager")
+    spec = p.spec()
+    assert run_task(cli, "ingest", f"input={raw}", f"output={fov}")[0] == 0
+    code, err = run_task(cli, "reshard", f"input={fov}", f"output={wells}", "overview=true")
+    assert code == 0, err
+    assert "no plate overview" in err and not (wells / "overview").exists()
+    plate = zarr.open_group(str(wells), mode="r")
+    source = zarr.open_group(str(fov), mode="r")
+    for well in WELLS:
+        image = plate[well_path(well)]["well"]
+        labels = [ch["label"] for ch in ome(image)["omero"]["channels"]]
+        assert labels == [CHANNELS[c][0] for c in spec.channels_of(well)]
+        assert image["0"].shape[:2] == (len(spec.times_of(well)), len(spec.channels_of(well)))
+        assert ome(plate[well_path(well)])["well"]["images"][0]["acquisition"] == \
+            ome(source[well_path(well)])["well"]["images"][0]["acquisition"]
+        fields = [f for f in (1, 2) if not spec.failed(well, f)]
+        assert len(read_roi_table(wells / well_path(well) / "well", "FOV_ROI_table")) == len(fields)
+    code, out, err = cli("check", str(wells))
+    assert code == 0, out + err
