@@ -186,3 +186,31 @@ def test_reshard_keeps_each_wells_own_channels_and_leaves_the_overview_out(cli, 
         assert len(read_roi_table(wells / well_path(well) / "well", "FOV_ROI_table")) == len(fields)
     code, out, err = cli("check", str(wells))
     assert code == 0, out + err
+
+
+def test_a_well_imaged_by_two_timelines_has_both_in_timeline_order(cli, tmp_path):
+    """Each CellVoyager timeline counts its time points from 1: a well imaged by timeline 1 and
+    timeline 2 has two time points (timeline order), not two files for one plane."""
+    import re
+
+    import tifffile
+
+    raw, out = tmp_path / "raw", tmp_path / "plate.ome.zarr"
+    code, err = run_task(cli, "generate-plate", f"output={raw}", "wells=[B03]", "grid=[1,1]", "channels=1",
+                         "shape=[16,16]", "blobs_per_field=2")
+    assert code == 0, err
+    first = next(raw.glob("*.tif"))
+    second = first.with_name(first.name.replace("L01A01", "L02A01"))
+    later = tifffile.imread(first) + 7
+    tifffile.imwrite(second, later)
+    mlf = raw / "MeasurementData.mlf"
+    text = mlf.read_text()
+    record = re.search(r"<bts:MeasurementRecord .*?</bts:MeasurementRecord>", text).group(0)
+    again = record.replace('bts:TimelineIndex="1"', 'bts:TimelineIndex="2"').replace(first.name, second.name)
+    mlf.write_text(text.replace(record, again + "\n" + record))  # listed first, imaged later
+    code, err = run_task(cli, "ingest", f"input={raw}", f"output={out}")
+    assert code == 0, err
+    level0 = np.asarray(zarr.open_array(str(out / "B/03/0/0"), mode="r")[:])
+    assert level0.shape == (2, 1, 1, 16, 16)
+    np.testing.assert_array_equal(level0[0, 0, 0], tifffile.imread(first))
+    np.testing.assert_array_equal(level0[1, 0, 0], later)

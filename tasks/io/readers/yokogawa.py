@@ -181,7 +181,7 @@ def parse_mlf(path: Path, errors: list[str] | None = None) -> list[dict]:
         records.append({
             "file": (el.text or "").strip(),
             "row": _int(el, "Row", path, 1), "col": _int(el, "Column", path, 1),
-            "field": _int(el, "FieldIndex", path, 1), "t": _int(el, "TimePoint", path),
+            "field": _int(el, "FieldIndex", path, 1), "t": _time_key(el, path),
             "z": _int(el, "ZIndex", path), "ch": _int(el, "Ch", path, 1),
             "x": _float(el, "X", path), "y": _float(el, "Y", path),
             "z_um": _float(el, "Z", path), "time": _utc(_attr(el, "Time", path), path),
@@ -190,6 +190,19 @@ def parse_mlf(path: Path, errors: list[str] | None = None) -> list[dict]:
     if not records:
         raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
     return records
+
+
+TIMELINE_STEP = 1_000_000  # time points of one timeline sort before the next timeline's
+
+
+def _time_key(el: ET.Element, path: Path) -> int:
+    """Timeline, then time point: a well imaged by two timelines (each counting its time points
+    from 1) has both, in timeline order, never two files for one plane."""
+    timeline = _int(el, "TimelineIndex", path) if el.get(NS + "TimelineIndex") is not None else 0
+    point = _int(el, "TimePoint", path)
+    if point >= TIMELINE_STEP:
+        raise InputError(f"{path}: bts:TimePoint={point} must be below {TIMELINE_STEP}")
+    return timeline * TIMELINE_STEP + point
 
 
 def _error_record(el: ET.Element, path: Path) -> str:
