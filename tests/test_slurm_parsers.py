@@ -3,13 +3,13 @@ import shlex
 
 import pytest
 
-from zarrmill.runtime.executors import slurm_cluster_kwargs
-from zarrmill.runtime.slurm import (
+from zarrmill.runtime.jobqueue import cluster_kwargs as slurm_cluster_kwargs
+from zarrmill.runtime.schedulers.base import sanitize_job_name
+from zarrmill.runtime.schedulers.slurm import (
     SlurmCommandError,
     parse_sacct_states,
     parse_sbatch_parsable,
     parse_scontrol_job,
-    sanitize_job_name,
 )
 from zarrmill.runtime.spec import ExecutorSpec, Resources
 
@@ -163,7 +163,7 @@ def test_dry_run_prints_each_pools_job_script_and_writes_nothing(cli, tmp_path, 
 
 
 def test_scontrol_job_lines_parse_and_end_reasons_are_named():
-    from zarrmill.runtime.slurm import END_REASONS, parse_scontrol_jobs
+    from zarrmill.runtime.schedulers.slurm import END_REASONS, parse_scontrol_jobs
 
     text = ("JobId=12 JobName=zm-a UserId=root(0) JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15\n"
             "JobId=13 JobName=zm-a JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125\n"
@@ -176,7 +176,7 @@ def test_scontrol_job_lines_parse_and_end_reasons_are_named():
 def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
     import time
 
-    from zarrmill.runtime import slurm
+    from zarrmill.runtime.schedulers import slurm
 
     text = ("JobId=1 JobName=zm-a JobState=TIMEOUT SubmitTime=2020-01-01T00:00:00\n"
             f"JobId=2 JobName=zm-a JobState=OUT_OF_MEMORY SubmitTime={time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
@@ -188,7 +188,7 @@ def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
 def test_a_memory_kill_recorded_as_failed_is_named_out_of_memory(tmp_path):
     """Without cgroups SLURM's OverMemoryKill ends a job FAILED; its log says why. The log path
     scontrol shows is dask-jobqueue's pattern (%J)."""
-    from zarrmill.runtime.slurm import end_state, job_log_path
+    from zarrmill.runtime.schedulers.slurm import end_state, job_log_path
 
     (tmp_path / "zm-a-77.err").write_text("worker started\nslurmstepd-vm: error: StepId=77.batch exceeded "
                                          "memory limit (226902016 > 209715200), being killed\n")

@@ -100,8 +100,8 @@ def test_env_variable_and_set_override(cli, tmp_path, good, monkeypatch):
 
 
 def test_bad_executor_kind(cli, tmp_path, good):
-    line = run_bad(cli, tmp_path, good.replace("{kind: sync}", "{kind: pbs}"))
-    assert "executor.kind" in line and "'slurm'" in line
+    line = run_bad(cli, tmp_path, good.replace("{kind: sync}", "{kind: torque}"))
+    assert "executor.kind" in line and "'slurm'" in line and "'pbs'" in line
 
 
 def test_run_with_bad_workflow_writes_nothing(cli, tmp_path, good):

@@ -12,6 +12,7 @@ import time
 from .. import __version__
 from ..errors import ZarrmillError
 from .commands import COMMANDS
+from .spec import EXECUTOR_KINDS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("run", "run a workflow file (resumes where an earlier run stopped)")
     p.add_argument("workflow")
-    p.add_argument("--executor", choices=["local", "threads", "sync", "slurm", "address"])
+    p.add_argument("--executor", choices=EXECUTOR_KINDS)
     _add_set(p)
     p.add_argument("--dry-run", action="store_true", help="validate and list the steps, run nothing")
     p.add_argument("--overwrite", action="store_true", help="replace outputs written with other parameters")
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--params", help="YAML or JSON file with the task's parameters")
     _add_set(p)
-    p.add_argument("--executor", default="local", choices=["local", "threads", "sync", "slurm", "address"])
+    p.add_argument("--executor", default="local", choices=EXECUTOR_KINDS)
     p.add_argument("--overwrite", action="store_true")
 
     p = add("tasks", "list tasks, or show one task's parameters")

@@ -14,7 +14,8 @@ from .executors import Executor
 from .provenance import record_step, step_entry
 from .registry import get_task
 from .rundirs import runs_root
-from .slurm import sanitize_job_name
+from .schedulers import BATCH_KINDS
+from .schedulers.base import sanitize_job_name
 from .workflow import Workflow
 
 
@@ -50,8 +51,8 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
 
 def print_dry_run(wf: Workflow, only: list[str] | None = None) -> None:
     """What a run would do, without writing or submitting anything: each step and its output, and
-    on SLURM the worker job script of every pool (one per distinct step resources)."""
-    from .executors import render_job_script
+    on a batch scheduler the worker job script of every pool (one per distinct step resources)."""
+    from .jobqueue import render_job_script
 
     scripts: dict[tuple, list[str]] = {}
     for s in wf.steps:
@@ -59,7 +60,7 @@ def print_dry_run(wf: Workflow, only: list[str] | None = None) -> None:
             continue
         needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
         print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
-        if wf.executor.kind == "slurm":
+        if wf.executor.kind in BATCH_KINDS:
             scripts.setdefault(s.resources.key() if s.resources else (), []).append(s.name)
     for key, names in scripts.items():
         resources = next(s.resources for s in wf.steps if s.name == names[0])

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import difflib
-import inspect
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -50,6 +48,7 @@ class Adapt(Strict):
     maximum_jobs: int = Field(4, ge=1, le=10_000)
 
 
+EXECUTOR_KINDS = ("local", "threads", "sync", "slurm", "sge", "pbs", "lsf", "htcondor", "address")
 WORKERS_PER_CPU = 4  # local worker processes per available CPU (I/O-bound work may oversubscribe a little)
 THREADS_PER_CPU = 16
 
@@ -57,10 +56,10 @@ THREADS_PER_CPU = 16
 class ExecutorSpec(Strict):
     """Where the units run. Only builds a dask Client; the engine is the same everywhere."""
 
-    kind: Literal["local", "threads", "sync", "slurm", "address"] = Field(
+    kind: Literal[EXECUTOR_KINDS] = Field(  # type: ignore[valid-type]
         "local", description="local: LocalCluster (processes); threads: one process, many threads; "
-        "sync: inline on the driver (debugging); slurm: dask-jobqueue SLURMCluster; "
-        "address: an existing scheduler")
+        "sync: inline on the driver (debugging); slurm, sge (Grid Engine), pbs, lsf, htcondor: worker jobs "
+        "through dask-jobqueue's cluster class of that scheduler; address: an existing scheduler")
     workers: int | None = Field(None, ge=1, le=1_000_000, description="local: worker processes (default: cores)")
     threads_per_worker: int = Field(1, ge=1, le=1_000_000)  # the machine check says 'at most N'
     memory_limit: str | None = Field(None, description="local: per worker (default: RAM / workers)")
@@ -71,6 +70,17 @@ class ExecutorSpec(Strict):
         "slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
         "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
         "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)"))
+    sge: dict[str, Any] = Field(default_factory=dict, description=(
+        "sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
+        "dask-jobqueue's jobqueue.sge config"))
+    pbs: dict[str, Any] = Field(default_factory=dict, description=(
+        "pbs: PBSCluster settings (queue, account, resource_spec, cores, memory, walltime, ...), over "
+        "jobqueue.pbs"))
+    lsf: dict[str, Any] = Field(default_factory=dict, description=(
+        "lsf: LSFCluster settings (queue, project, cores, memory, walltime as HH:MM, ...), over jobqueue.lsf"))
+    htcondor: dict[str, Any] = Field(default_factory=dict, description=(
+        "htcondor: HTCondorCluster settings (cores, memory, disk, job_extra_directives, ...), over "
+        "jobqueue.htcondor"))
     worker_start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds to wait for the first worker")
     retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
@@ -96,30 +106,24 @@ class ExecutorSpec(Strict):
                                  f"({cpus} CPUs); at most {THREADS_PER_CPU * cpus} here")
         return self
 
-    @field_validator("slurm")
+    @field_validator("slurm", "sge", "pbs", "lsf", "htcondor")
     @classmethod
-    def _known_slurm_settings(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _known_settings(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
         """Typos fail here, at validate time, not later on the cluster."""
-        known = slurm_parameters()
+        from .schedulers import scheduler
+
+        batch = scheduler(info.field_name)
+        known = batch.parameters
         for key in value:
             if key not in known:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(known))}"
-                raise ValueError(f"{key!r} is not a SLURMCluster setting{hint}")
+                raise ValueError(f"{key!r} is not a {batch.cluster_class} setting{hint}")
         return value
 
-
-@lru_cache(maxsize=1)
-def slurm_parameters() -> frozenset[str]:
-    """Every keyword dask-jobqueue's SLURMCluster (and its job class) accepts."""
-    from dask_jobqueue import SLURMCluster
-    from dask_jobqueue.core import Job, JobQueueCluster
-    from dask_jobqueue.slurm import SLURMJob
-
-    names: set[str] = set()
-    for cls in (SLURMCluster, JobQueueCluster, SLURMJob, Job):
-        names |= {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")}
-    return frozenset(names - {"scheduler", "name", "config_name"})
+    def batch_settings(self) -> dict[str, Any]:
+        """The settings block of this executor's scheduler (executor.slurm, executor.sge, ...)."""
+        return dict(getattr(self, self.kind, None) or {})
 
 
 class Ready(Strict):

@@ -6,7 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .slurm import job_script_value, parse_sbatch_parsable, run_slurm, sanitize_job_name, shell_safe_path
+from .schedulers.base import job_script_value, sanitize_job_name, shell_safe_path
+from .schedulers.slurm import parse_sbatch_parsable, run_slurm
 
 TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --job-name={job_name}

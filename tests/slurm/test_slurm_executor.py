@@ -247,7 +247,7 @@ def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
     """local-directory, scheduler-options and python from the user's jobqueue.yaml are used as they are."""
     import dask.config
 
-    from zarrmill.runtime.executors import slurm_cluster_kwargs
+    from zarrmill.runtime.jobqueue import cluster_kwargs as slurm_cluster_kwargs
     from zarrmill.runtime.spec import ExecutorSpec
 
     config = {"local-directory": str(tmp_path / "scratch"), "python": "/opt/site/python3",

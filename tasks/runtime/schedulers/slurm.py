@@ -1,62 +1,19 @@
-"""The few SLURM commands zarrmill calls itself (dask-jobqueue does the rest): one helper that logs
-the command and raises with exit code, stdout and stderr, plus pure parsers of their output."""
+"""SLURM: the few commands zarrmill calls itself (dask-jobqueue's SLURMCluster does the rest),
+pure parsers of their output, and the Scheduler interface filled with them."""
 from __future__ import annotations
 
-import logging
 import re
-import subprocess
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, ExecutorError
+from ...errors import ExecutorError
+from .base import Scheduler, SchedulerCommandError, run_command, tail_file
 
-log = logging.getLogger("zarrmill.slurm")
-
-
-class SlurmCommandError(ExecutorError):
-    pass
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def job_script_value(name: str, value: object) -> None:
-    """A value that goes into a job script: one line, no control characters (a newline in a shared
-    workflow's walltime or sbatch option would be a new command in the script). Lists are checked
-    item by item."""
-    items = value if isinstance(value, (list, tuple)) else [value]
-    for item in items:
-        if isinstance(item, str) and _CONTROL.search(item):
-            raise ConfigError(f"{name}: {item!r} contains a newline or control character; job script values "
-                              "must be one plain line")
-
-
-_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@%:,=-]+")
-
-
-def shell_safe_path(name: str, value: object) -> None:
-    """dask-jobqueue writes paths (worker local directory, TLS key files in the run folder, logs)
-    into the job script unquoted, so a path with a space or a shell character would be split or
-    run as a command: such paths are refused, naming the setting."""
-    if value is not None and not _SHELL_SAFE.fullmatch(str(value)):
-        raise ConfigError(f"{name}: {str(value)!r} has spaces or shell characters, which dask-jobqueue puts into "
-                          "job scripts unquoted; use a path of letters, digits and ._/+@%:,=- (e.g. --set "
-                          "executor.run_dir=/scratch/$USER/zarrmill-runs)")
+SlurmCommandError = SchedulerCommandError
 
 
 def run_slurm(args: list[str], timeout: float = 60, input: str | None = None) -> str:
-    log.info("running: %s", " ".join(args))
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input)
-    except FileNotFoundError as err:
-        raise SlurmCommandError(f"{args[0]} not found: is SLURM installed and on PATH?") from err
-    except subprocess.TimeoutExpired as err:
-        raise SlurmCommandError(f"{' '.join(args)} timed out after {timeout:.0f}s") from err
-    if proc.returncode != 0:
-        raise SlurmCommandError(
-            f"{' '.join(args)} failed with exit code {proc.returncode}: "
-            f"{(proc.stderr or proc.stdout).strip()}")
-    return proc.stdout
+    return run_command(args, timeout, input, what="SLURM")
 
 
 def parse_sbatch_parsable(text: str) -> str:
@@ -95,20 +52,6 @@ def job_state(job_id: str) -> tuple[str, str]:
         return parse_sacct_states(text).get(job_id, ("UNKNOWN", ""))
     except SlurmCommandError:
         return "UNKNOWN", ""
-
-
-def tail_file(path: Path, lines: int = 5) -> str:
-    try:
-        content = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in content[-lines:])
-
-
-def sanitize_job_name(name: str, max_len: int = 40) -> str:
-    """SLURM job names: letters, digits, - _ . only (spaces and slashes break scripts and logs)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
-    return (cleaned or "zarrmill")[:max_len]
 
 
 # why SLURM ended a job, in words a user can act on
@@ -164,3 +107,26 @@ def _submitted(job: dict[str, str]) -> float:
         return time.mktime(time.strptime(job.get("SubmitTime", ""), "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return float("inf")  # unknown: do not hide it
+
+
+class SLURM(Scheduler):
+    kind, label = "slurm", "SLURM"
+    cluster_class, job_module, job_class = "SLURMCluster", "dask_jobqueue.slurm", "SLURMJob"
+    submit_command, cancel_command = "sbatch", "scancel"
+    ended_states = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "COMPLETED"})
+
+    def check_script(self, script: str) -> None:
+        """``sbatch --test-only``: SLURM judges partition, memory, time and account at once and says
+        what is wrong, instead of the run waiting for workers that never come."""
+        try:
+            run_slurm(["sbatch", "--test-only"], input=script)
+        except SchedulerCommandError as err:
+            detail = "; ".join(line.strip() for line in str(err).split(": ", 1)[-1].splitlines() if line.strip())
+            raise ExecutorError(f"SLURM rejects the worker jobs: {detail} (check executor.slurm: queue, memory, "
+                                "walltime, account)") from None
+
+    def job_state(self, job_id: str) -> tuple[str, str]:
+        return job_state(job_id)
+
+    def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:
+        return ended_jobs(job_names, since)

@@ -1,0 +1,129 @@
+"""What every batch scheduler shares, and the small interface where they differ.
+
+dask-jobqueue starts the workers on each scheduler (one cluster class per scheduler, laid out one
+module each, as here); zarrmill adds what a user of a facility needs around it: the scheduler's
+own check of a job before the run waits for it, the state a job ended in and why, and values
+checked before they go into a job script. ``Scheduler`` is that interface; each module below
+(slurm.py, sge.py, pbs.py, lsf.py, htcondor.py) fills it for its scheduler."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import re
+import subprocess
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ...errors import ConfigError, ExecutorError
+
+log = logging.getLogger("zarrmill.scheduler")
+
+
+class SchedulerCommandError(ExecutorError):
+    pass
+
+
+class Scheduler:
+    kind = ""  # executor.kind
+    label = ""  # how users call it
+    cluster_class = ""  # the dask_jobqueue cluster class
+    job_module, job_class = "", ""  # its job class, for job scripts without a cluster
+    submit_command, cancel_command = "", ""
+    # zarrmill's defaults, used where neither the workflow nor the user's jobqueue config says
+    defaults: dict[str, Any] = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
+    # states of a job that will never start a worker
+    ended_states: frozenset[str] = frozenset()
+
+    def cluster(self) -> type:
+        import dask_jobqueue
+
+        return getattr(dask_jobqueue, self.cluster_class)
+
+    def job(self) -> type:
+        return getattr(importlib.import_module(self.job_module), self.job_class)
+
+    @cached_property
+    def parameters(self) -> frozenset[str]:
+        """Every keyword the cluster class (and its job class) accepts."""
+        from dask_jobqueue.core import Job, JobQueueCluster
+
+        names: set[str] = set()
+        for cls in (self.cluster(), JobQueueCluster, self.job(), Job):
+            names |= {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")}
+        return frozenset(names - {"scheduler", "name", "config_name"})
+
+    def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
+        """A step's resources (cores, memory, walltime, processes) as this cluster's keywords."""
+        return {k: v for k, v in resources.items() if k in self.parameters}
+
+    def check_script(self, script: str) -> None:
+        """Ask the scheduler whether it would run this job script (where it can tell without
+        running it); raise ExecutorError with its own message if not."""
+
+    def job_state(self, job_id: str) -> tuple[str, str]:
+        """(state, exit code) of a job, as far as the scheduler still knows it."""
+        return "UNKNOWN", ""
+
+    def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:
+        """Worker jobs of these names the scheduler ended for a reason (memory, run time, node)."""
+        return []
+
+
+def run_command(args: list[str], timeout: float = 60, input: str | None = None, what: str = "") -> str:
+    """Run a scheduler command; its failure is one error with exit code and the scheduler's words."""
+    log.info("running: %s", " ".join(args))
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input)
+    except FileNotFoundError as err:
+        raise SchedulerCommandError(f"{args[0]} not found: is {what or 'the scheduler'} installed and on PATH?") from err
+    except subprocess.TimeoutExpired as err:
+        raise SchedulerCommandError(f"{' '.join(args)} timed out after {timeout:.0f}s") from err
+    if proc.returncode != 0:
+        raise SchedulerCommandError(
+            f"{' '.join(args)} failed with exit code {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def job_script_value(name: str, value: object) -> None:
+    """A value that goes into a job script: one line, no control characters (a newline in a shared
+    workflow's walltime or scheduler option would be a new command in the script). Lists are
+    checked item by item."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if isinstance(item, str) and _CONTROL.search(item):
+            raise ConfigError(f"{name}: {item!r} contains a newline or control character; job script values "
+                              "must be one plain line")
+
+
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@%:,=-]+")
+
+
+def shell_safe_path(name: str, value: object) -> None:
+    """dask-jobqueue writes paths (worker local directory, TLS key files in the run folder, logs)
+    into the job script unquoted, so a path with a space or a shell character would be split or
+    run as a command: such paths are refused, naming the setting."""
+    if value is not None and not _SHELL_SAFE.fullmatch(str(value)):
+        raise ConfigError(f"{name}: {str(value)!r} has spaces or shell characters, which dask-jobqueue puts into "
+                          "job scripts unquoted; use a path of letters, digits and ._/+@%:,=- (e.g. --set "
+                          "executor.run_dir=/scratch/$USER/zarrmill-runs)")
+
+
+def sanitize_job_name(name: str, max_len: int = 40) -> str:
+    """Job names every scheduler takes: letters, digits, - _ . only (SGE refuses a name that
+    starts with a digit; spaces and slashes break scripts and logs)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    cleaned = cleaned or "zarrmill"
+    return (cleaned if cleaned[0].isalpha() else f"zm-{cleaned}")[:max_len]
+
+
+def tail_file(path: Path, lines: int = 5) -> str:
+    try:
+        content = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in content[-lines:])

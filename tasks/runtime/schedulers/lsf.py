@@ -1,0 +1,35 @@
+"""IBM Spectrum LSF through dask-jobqueue's LSFCluster (``#BSUB`` directives, ``bsub`` and ``bkill``).
+LSF's run limit (``-W``) is ``[hours:]minutes``: a walltime written ``HH:MM:SS`` is turned into
+that. No LSF cluster was at hand: job scripts are checked, not run."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...errors import ConfigError
+from .base import Scheduler
+
+
+def lsf_walltime(value: str) -> str:
+    """``HH:MM:SS`` or ``HH:MM`` or minutes -> LSF's ``HH:MM`` (seconds rounded up)."""
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+):(\d{1,2}):(\d{1,2})", text)
+    if match:
+        hours, minutes, seconds = (int(g) for g in match.groups())
+        minutes += 1 if seconds else 0
+        return f"{hours + minutes // 60:02d}:{minutes % 60:02d}"
+    if re.fullmatch(r"\d+(:\d{1,2})?", text):
+        return text
+    raise ConfigError(f"walltime {value!r}: LSF takes HH:MM:SS, HH:MM or minutes")
+
+
+class LSF(Scheduler):
+    kind, label = "lsf", "LSF"
+    cluster_class, job_module, job_class = "LSFCluster", "dask_jobqueue.lsf", "LSFJob"
+    submit_command, cancel_command = "bsub", "bkill"
+
+    def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
+        out = super().settings(resources)
+        if out.get("walltime"):
+            out["walltime"] = lsf_walltime(out["walltime"])
+        return out
