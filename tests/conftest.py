@@ -127,6 +127,39 @@ def slurm() -> str:
     return os.environ.get("SLURM_LOCAL_PARTITION", "debug")
 
 
+@pytest.fixture(scope="session")
+def sge() -> str:
+    """A running one-node Grid Engine; queue name. Tests never start it: tests/run does, as root
+    (deploy/sge-local/start-sge.sh). Under CI a missing Grid Engine fails the run; elsewhere the
+    Grid Engine tests skip."""
+    os.environ.setdefault("SGE_ROOT", "/var/lib/gridengine")
+    os.environ.setdefault("SGE_CELL", "default")
+    up = shutil.which("qsub") is not None and subprocess.run(
+        ["qstat", "-f"], capture_output=True, text=True).stdout.count("all.q@") > 0
+    if not up:
+        if IN_CI:
+            pytest.fail("Grid Engine is not running; tests/run must start it (deploy/sge-local/start-sge.sh)")
+        pytest.skip("no Grid Engine here (run deploy/sge-local/start-sge.sh as root)")
+    return "all.q"
+
+
+def qstat_jobs() -> list[tuple[str, str, str]]:
+    """(job id, full name, state) of every Grid Engine job (plain qstat cuts names at 10 characters)."""
+    import xml.etree.ElementTree as ET
+
+    out = subprocess.run(["qstat", "-u", "*", "-xml"], capture_output=True, text=True).stdout
+    try:
+        root = ET.fromstring(out)
+    except ET.ParseError:
+        return []
+    return [(j.findtext("JB_job_number", ""), j.findtext("JB_name", ""), j.findtext("state", ""))
+            for j in root.iter("job_list")]
+
+
+def qstat_names() -> list[str]:
+    return [name for _, name, _ in qstat_jobs()]
+
+
 def squeue_names() -> list[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%j %T"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]

@@ -1,0 +1,104 @@
+"""The runtime on a real one-node Grid Engine (Debian's gridengine 8.1.9, started by tests/run)
+through dask-jobqueue's SGECluster: the same scenarios as on SLURM where they make sense."""
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import done_units, qstat_jobs, qstat_names, tree_digest
+from helpers import generate_step, rechunk_step, write_workflow
+
+pytestmark = pytest.mark.sge
+
+
+def sge_executor(queue: str, tmp_path: Path, jobs: int = 2, **sge) -> dict:
+    settings = {"queue": queue, "cores": 1, "memory": "1GB", "processes": 1, "walltime": "00:10:00",
+                "interface": "lo"}
+    settings.update(sge)
+    return {"kind": "sge", "jobs": jobs, "sge": settings, "run_dir": str(tmp_path / "run"),
+            "worker_start_timeout": 120}
+
+
+def test_a_grid_engine_run_writes_what_one_process_writes(cli, sge, tmp_path):
+    def steps(root):
+        return {"gen": generate_step(root / "src.zarr"), "copy": rechunk_step(root / "src.zarr", root / "dst.zarr")}
+
+    assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(tmp_path / "sync")))[0] == 0
+    wf = write_workflow(tmp_path / "sge.yaml", steps(tmp_path / "sge"), name="sge equal",
+                        executor=sge_executor(sge, tmp_path))
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.update(qstat_names())
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        code, _, err = cli("run", wf)
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 0, err
+    assert "zm-sge-equal" in seen, seen
+    assert tree_digest(tmp_path / "sge") == tree_digest(tmp_path / "sync")
+    deadline = time.monotonic() + 30
+    while "zm-sge-equal" in qstat_names() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "zm-sge-equal" not in qstat_names(), "worker jobs must be deleted at the end"
+
+
+def test_step_resources_get_their_own_pools_on_grid_engine(cli, sge, tmp_path):
+    steps = {"gen": {**generate_step(tmp_path / "a.zarr"), "resources": {"memory": "1GB"}},
+             "copy": {**rechunk_step(tmp_path / "a.zarr", tmp_path / "b.zarr"),
+                      "resources": {"memory": "2GB", "walltime": "00:05:00"}}}
+    wf = write_workflow(tmp_path / "wf.yaml", steps, executor=sge_executor(sge, tmp_path, jobs=1), name="pools")
+    code, out, err = cli("run", wf, "--dry-run")
+    assert code == 0, err
+    scripts = out.split("# worker job script for ")[1:]
+    assert len(scripts) == 2 and "#$ -l h_rt=00:10:00" in scripts[0] and "#$ -l h_rt=00:05:00" in scripts[1]
+    code, _, err = cli("run", wf)
+    assert code == 0, err
+    assert cli("check", tmp_path / "b.zarr")[0] == 0
+
+
+def test_a_queue_grid_engine_rejects_fails_within_seconds_with_its_own_message(cli, sge, tmp_path):
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor=sge_executor("nosuch.q", tmp_path, jobs=1), name="rejected")
+    t0 = time.monotonic()
+    code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and time.monotonic() - t0 < 60
+    assert "Grid Engine rejects the worker jobs" in line and "nosuch.q" in line, line
+    assert "rejected" not in qstat_names()
+
+
+def test_qdel_of_one_worker_mid_step_and_the_run_still_completes(cli, sge, tmp_path):
+    out, ref = tmp_path / "out" / "img.zarr", tmp_path / "ref" / "img.zarr"
+    big = dict(shape=(2, 32, 256, 256), chunks=(1, 8, 32, 32), unit_mb=0.02)
+    assert cli("run", write_workflow(tmp_path / "ref.yaml", {"gen": generate_step(ref, **big)}))[0] == 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(out, **big)}, name="qdel-me",
+                        executor=sge_executor(sge, tmp_path))
+    deleted: list[str] = []
+
+    def delete_one_when_busy():
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if done_units(out, "gen") >= 10:
+                ids = [i for i, name, state in qstat_jobs() if name == "zm-qdel-me" and state == "r"]
+                if len(ids) >= 2:
+                    subprocess.run(["qdel", ids[0]], check=True, capture_output=True)
+                    deleted.append(ids[0])
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=delete_one_when_busy, daemon=True)
+    killer.start()
+    code, _, err = cli("run", wf)
+    killer.join()
+    assert deleted, "the test must really delete a worker job mid-step"
+    assert code == 0, err
+    assert tree_digest(out.parent) == tree_digest(ref.parent)
