@@ -84,3 +84,21 @@ def test_a_setting_another_schedulers_cluster_takes_is_refused_with_a_hint():
         ExecutorSpec(kind="slurm", slurm={"resource_spec": "h_vmem=4G"})
     with pytest.raises(Exception, match="'walltime' is not a HTCondorCluster setting"):
         ExecutorSpec(kind="htcondor", htcondor={"walltime": "01:00:00"})
+
+
+@pytest.mark.parametrize("kind,lines", [
+    ("pbs", ["#PBS -N zm-driver-wf", "#PBS -l walltime=02:00:00", "#PBS -l select=1:ncpus=1:mem=4GB", "#PBS -A lab"]),
+    ("lsf", ["#BSUB -J zm-driver-wf", "#BSUB -W 02:00", '#BSUB -R "rusage[mem=4G]"', "#BSUB -A lab"]),
+    ("sge", ["#$ -N zm-driver-wf", "#$ -l h_rt=02:00:00", "#$ -o ", "#$ -A lab"]),
+    ("htcondor", ["batch_name = zm-driver-wf", "request_memory = 4G", "executable = ", "queue"]),
+])
+def test_submit_prints_the_driver_job_in_each_schedulers_syntax(cli, tmp_path, kind, lines):
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")}, executor={"kind": kind})
+    directive = [] if kind == "htcondor" else ["--directive=-A lab"]
+    code, out, err = cli("submit", wf, "--print", "--time", "02:00:00", "--mem", "4G", *directive)
+    assert code == 0, err
+    for line in lines:
+        assert line in out, f"{line!r} not in\n{out}"
+    assert "exec " in out and "-m zarrmill run" in out
+    code, _, err = cli("submit", wf, "--print", "--directive=-l x\nrm -rf ~")
+    assert code == 2 and "newline" in err

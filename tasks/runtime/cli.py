@@ -79,12 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
 
-    p = add("submit", "run a workflow's driver as an sbatch job (so you can log out)")
+    p = add("submit", "run a workflow's driver as a batch job (so you can log out)")
     p.add_argument("workflow")
     _add_set(p)
+    p.add_argument("--scheduler", choices=[k for k in EXECUTOR_KINDS if k in ("slurm", "sge", "pbs", "lsf", "htcondor")],
+                   help="where the driver job goes (default: the workflow's executor.kind, else slurm)")
     p.add_argument("--time", default="24:00:00", help="driver walltime")
     p.add_argument("--mem", default="4G", help="driver memory")
     p.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch option, e.g. --sbatch-arg=--account=lab (repeatable)")
+    p.add_argument("--directive", action="append", default=[], help="extra directive of the driver job in the "
+                   "scheduler's syntax, e.g. --directive='-P lab' on Grid Engine (repeatable)")
     p.add_argument("--log-dir", default="zarrmill-logs", help="where the driver log goes")
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")

@@ -131,15 +131,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 @command("submit")
 def cmd_submit(args: argparse.Namespace) -> int:
-    load_workflow(args.workflow, args.set)  # validate before anything is queued
+    from .schedulers import BATCH_KINDS, scheduler
+
+    wf = load_workflow(args.workflow, args.set)  # validate before anything is queued
+    kind = args.scheduler or (wf.executor.kind if wf.executor.kind in BATCH_KINDS else "slurm")
     job_id, script, log = submit_workflow(Path(args.workflow), args.set, args.time, args.mem,
-                                          args.sbatch_arg, Path(args.log_dir), args.print_only,
-                                          args.overwrite)
+                                          args.sbatch_arg + args.directive, Path(args.log_dir), args.print_only,
+                                          args.overwrite, kind)
     if args.print_only:
         print(script)
     else:
         print(f"submitted driver job {job_id}; log: {log}")
-        print(f"follow it with: squeue -j {job_id}; tail -f {log}")
+        print(f"follow it with: {scheduler(kind).follow_hint(job_id)}; tail -f {log}")
     return 0
 
 

@@ -1,21 +1,16 @@
-"""``zarrmill submit``: run the workflow driver itself as an sbatch job, so users can log out.
-The driver then starts its worker jobs through dask-jobqueue as usual."""
+"""``zarrmill submit``: run the workflow driver itself as a batch job, so users can log out, on
+SLURM, Grid Engine, PBS, LSF or HTCondor (each scheduler's directives: schedulers/). The driver
+then starts its worker jobs through dask-jobqueue as usual."""
 from __future__ import annotations
 
 import shlex
 import sys
 from pathlib import Path
 
+from .schedulers import scheduler
 from .schedulers.base import job_script_value, sanitize_job_name, shell_safe_path
-from .schedulers.slurm import parse_sbatch_parsable, run_slurm
 
-TEMPLATE = """#!/usr/bin/env bash
-#SBATCH --job-name={job_name}
-#SBATCH --output={log}
-#SBATCH --time={time}
-#SBATCH --mem={mem}
-#SBATCH --cpus-per-task=1
-{extra}
+BODY = """
 # zarrmill workflow driver: plans steps, submits worker jobs (dask-jobqueue), records progress.
 # Rerunning the same command resumes: finished units are skipped.
 set -euo pipefail
@@ -25,33 +20,46 @@ exec {command}
 """
 
 
-def driver_script(workflow: Path, sets: list[str], time: str, mem: str, sbatch_args: list[str],
-                  log_dir: Path, overwrite: bool) -> tuple[str, Path]:
-    for name, value in (("--time", time), ("--mem", mem), ("--sbatch-arg", sbatch_args), ("--set", sets),
+def driver_script(workflow: Path, sets: list[str], time: str, mem: str, directives: list[str],
+                  log_dir: Path, overwrite: bool, kind: str = "slurm") -> tuple[str, Path]:
+    """(the driver's job script, its log path with the scheduler's job id token)."""
+    batch = scheduler(kind)
+    for name, value in (("--time", time), ("--mem", mem), ("--directive", directives), ("--set", sets),
                         ("--log-dir", str(log_dir)), ("workflow", str(workflow))):
         job_script_value(name, value)
-    shell_safe_path("--log-dir", log_dir.resolve())  # it goes into an #SBATCH --output line as is
+    shell_safe_path("--log-dir", log_dir.resolve())  # it goes into a directive line as is
     log_dir = log_dir.resolve()
-    log = log_dir / f"{sanitize_job_name(workflow.stem)}-driver-%j.out"
+    job_name = sanitize_job_name(f"zm-driver-{workflow.stem}")
+    log = log_dir / f"{sanitize_job_name(workflow.stem)}-driver-{batch.job_id_token or 'job'}.out"
     cmd = [sys.executable, "-m", "zarrmill", "run", str(workflow.resolve())]
     for item in sets:
         cmd += ["--set", item]
     if overwrite:
         cmd.append("--overwrite")
-    script = TEMPLATE.format(
-        job_name=sanitize_job_name(f"zm-driver-{workflow.stem}"), log=log, time=time, mem=mem,
-        extra="\n".join(f"#SBATCH {a}" for a in sbatch_args), cwd=shlex.quote(str(Path.cwd())),
-        command=" ".join(shlex.quote(c) for c in cmd))
+    lines = ["#!/usr/bin/env bash"]
+    if batch.directive:
+        lines += [f"{batch.directive} {d}" for d in batch.driver_directives(job_name, str(log), time, mem) + directives]
+    script = "\n".join(lines) + BODY.format(cwd=shlex.quote(str(Path.cwd())),
+                                              command=" ".join(shlex.quote(c) for c in cmd))
     return script, log
 
 
-def submit_workflow(workflow: Path, sets: list[str], time: str, mem: str, sbatch_args: list[str],
-                    log_dir: Path, print_only: bool, overwrite: bool = False) -> tuple[str | None, str, Path]:
-    script, log = driver_script(workflow, sets, time, mem, sbatch_args, log_dir, overwrite)
+def submit_workflow(workflow: Path, sets: list[str], time: str, mem: str, directives: list[str],
+                    log_dir: Path, print_only: bool, overwrite: bool = False, kind: str = "slurm"
+                    ) -> tuple[str | None, str, Path]:
+    batch = scheduler(kind)
+    script, log = driver_script(workflow, sets, time, mem, directives, log_dir, overwrite, kind)
+    suffix, text = batch.driver_job(script, sanitize_job_name(f"zm-driver-{workflow.stem}"), str(log), time, mem)
+    stem = log_dir.resolve() / f"{sanitize_job_name(workflow.stem)}-driver"
+    if suffix != "sh":  # a submit description running the script (HTCondor)
+        text = text.replace("{script}", str(stem.with_suffix(".sh")))
     if print_only:
-        return None, script, log
+        return None, text if suffix == "sh" else f"{text}\n# {stem.with_suffix('.sh')}:\n{script}", log
     log_dir.mkdir(parents=True, exist_ok=True)
-    script_path = log_dir.resolve() / f"{sanitize_job_name(workflow.stem)}-driver.sbatch"
-    script_path.write_text(script)
-    job_id = parse_sbatch_parsable(run_slurm(["sbatch", "--parsable", str(script_path)]))
-    return job_id, script, Path(str(log).replace("%j", job_id))
+    stem.with_suffix(".sh").write_text(script)
+    stem.with_suffix(".sh").chmod(0o755)
+    path = stem.with_suffix(".sh") if suffix == "sh" else stem.with_suffix(f".{suffix}")
+    if suffix != "sh":
+        path.write_text(text)
+    job_id = batch.submit_file(path)
+    return job_id, script, Path(str(log).replace(batch.job_id_token, job_id) if batch.job_id_token else str(log))

@@ -102,3 +102,22 @@ def test_qdel_of_one_worker_mid_step_and_the_run_still_completes(cli, sge, tmp_p
     assert deleted, "the test must really delete a worker job mid-step"
     assert code == 0, err
     assert tree_digest(out.parent) == tree_digest(ref.parent)
+
+
+def test_submit_runs_the_driver_as_a_grid_engine_job(cli, sge, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
+                        executor={"kind": "sync"}, name="submitted")
+    code, out, err = cli("submit", wf, "--scheduler", "sge", "--time", "00:05:00", "--mem", "1G",
+                         f"--directive=-q {sge}")
+    assert code == 0, err
+    job_id = out.split("driver job ")[1].split(";")[0]
+    log = Path(out.split("log: ")[1].splitlines()[0])
+    assert "qstat -j " + job_id in out and job_id in log.name
+    deadline = time.monotonic() + 120
+    while job_id in [i for i, _, _ in qstat_jobs()] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert log.exists(), "driver log missing"
+    assert "[gen] done" in log.read_text(), log.read_text()
+    code, out, _ = cli("status", tmp_path / "a.zarr")
+    assert code == 0 and "done" in out

@@ -70,6 +70,25 @@ class Scheduler:
         """Worker jobs of these names the scheduler ended for a reason (memory, run time, node)."""
         return []
 
+    # -- the driver as a batch job (zarrmill submit) -----------------------------------------------
+    directive = ""  # the job script's directive prefix
+    job_id_token = ""  # what the scheduler replaces by the job id in the log path
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        """The directives of the driver job: its name, log, run time and memory."""
+        raise NotImplementedError
+
+    def driver_job(self, script: str, job_name: str, log: str, time: str, mem: str) -> tuple[str, str]:
+        """(file to submit, its text): the driver script itself on most schedulers."""
+        return "sh", script
+
+    def submit_file(self, path: Path) -> str:
+        """Submit a driver job file; its job id."""
+        raise NotImplementedError
+
+    def follow_hint(self, job_id: str) -> str:
+        return ""
+
 
 def run_command(args: list[str], timeout: float = 60, input: str | None = None, what: str = "") -> str:
     """Run a scheduler command; its failure is one error with exit code and the scheduler's words."""

@@ -4,9 +4,11 @@ dask-jobqueue writes, so a walltime is not passed on; it asks for disk per job (
 No HTCondor pool was at hand: submit descriptions are checked, not run."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
-from .base import Scheduler
+from .base import Scheduler, SchedulerCommandError, run_command
 
 
 class HTCondor(Scheduler):
@@ -17,3 +19,26 @@ class HTCondor(Scheduler):
 
     def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in super().settings(resources).items() if k != "walltime"}
+
+    job_id_token = "$(ClusterId)"
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        return []  # the submit description says it all (driver_job)
+
+    def driver_job(self, script: str, job_name: str, log: str, time: str, mem: str) -> tuple[str, str]:
+        """A submit description running the driver script (HTCondor submits descriptions, not
+        scripts): the script beside it, given as its executable."""
+        return "sub", "\n".join([
+            f"batch_name = {job_name}", "executable = {script}", f"output = {log}", f"error = {log}",
+            f"log = {log}.condor", "request_cpus = 1", f"request_memory = {mem}",
+            "getenv = True", "queue", ""])
+
+    def submit_file(self, path: Path) -> str:
+        out = run_command(["condor_submit", str(path)], what="HTCondor")
+        match = re.search(r"submitted to cluster (\d+)", out)
+        if not match:
+            raise SchedulerCommandError(f"unexpected condor_submit output: {out.strip()!r}")
+        return match.group(1)
+
+    def follow_hint(self, job_id: str) -> str:
+        return f"condor_q {job_id}"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pathlib import Path
+
 from ...errors import ConfigError
-from .base import Scheduler
+from .base import Scheduler, SchedulerCommandError, run_command
 
 
 def lsf_walltime(value: str) -> str:
@@ -33,3 +35,18 @@ class LSF(Scheduler):
         if out.get("walltime"):
             out["walltime"] = lsf_walltime(out["walltime"])
         return out
+
+    directive, job_id_token = "#BSUB", "%J"
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        return [f"-J {job_name}", f"-o {log}", f"-W {lsf_walltime(time)}", "-n 1", f'-R "rusage[mem={mem}]"']
+
+    def submit_file(self, path: Path) -> str:
+        out = run_command(["bsub"], input=path.read_text(), what="LSF")  # bsub reads #BSUB lines from stdin
+        match = re.search(r"Job <(\d+)>", out)
+        if not match:
+            raise SchedulerCommandError(f"unexpected bsub output: {out.strip()!r}")
+        return match.group(1)
+
+    def follow_hint(self, job_id: str) -> str:
+        return f"bjobs {job_id}"

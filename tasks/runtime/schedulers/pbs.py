@@ -3,10 +3,26 @@
 dask-jobqueue's own, not run."""
 from __future__ import annotations
 
-from .base import Scheduler
+from pathlib import Path
+
+from .base import Scheduler, SchedulerCommandError, run_command
 
 
 class PBS(Scheduler):
     kind, label = "pbs", "PBS"
     cluster_class, job_module, job_class = "PBSCluster", "dask_jobqueue.pbs", "PBSJob"
     submit_command, cancel_command = "qsub", "qdel"
+    directive, job_id_token = "#PBS", ""  # PBS does not put the job id into -o paths
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        return [f"-N {job_name}", f"-o {log}", "-j oe", f"-l walltime={time}", f"-l select=1:ncpus=1:mem={mem}B"
+                if mem[-1:].upper() in "KMGT" else f"-l select=1:ncpus=1:mem={mem}"]
+
+    def submit_file(self, path: Path) -> str:
+        out = run_command(["qsub", str(path)], what="PBS").strip()
+        if not out or not out.split(".")[0].isdigit():
+            raise SchedulerCommandError(f"unexpected qsub output: {out!r}")
+        return out
+
+    def follow_hint(self, job_id: str) -> str:
+        return f"qstat {job_id}"

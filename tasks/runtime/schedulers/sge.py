@@ -4,6 +4,7 @@ asks Grid Engine whether any queue would run a worker job before the run waits f
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ...errors import ExecutorError
 from .base import Scheduler, SchedulerCommandError, run_command
@@ -65,3 +66,19 @@ class SGE(Scheduler):
             if failed in END_REASONS:
                 out.append(f"worker job {info.get('jobnumber', '?')} {END_REASONS[failed]}")
         return out
+
+    directive, job_id_token = "#$", "$JOB_ID"
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        # mem_free asks for a host with that much free memory; h_vmem would cap virtual memory,
+        # which a Python driver's threads and mappings exceed long before its resident memory
+        return [f"-N {job_name}", f"-o {log}", "-j y", f"-l h_rt={time}", f"-l mem_free={mem}", "-cwd", "-S /bin/bash"]
+
+    def submit_file(self, path: Path) -> str:
+        job_id = run_sge(["qsub", "-terse", str(path)]).strip().split(".")[0]
+        if not job_id.isdigit():
+            raise SchedulerCommandError(f"unexpected qsub output: {job_id!r}")
+        return job_id
+
+    def follow_hint(self, job_id: str) -> str:
+        return f"qstat -j {job_id}"

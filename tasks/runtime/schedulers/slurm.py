@@ -128,5 +128,16 @@ class SLURM(Scheduler):
     def job_state(self, job_id: str) -> tuple[str, str]:
         return job_state(job_id)
 
+    directive, job_id_token = "#SBATCH", "%j"
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        return [f"--job-name={job_name}", f"--output={log}", f"--time={time}", f"--mem={mem}", "--cpus-per-task=1"]
+
+    def submit_file(self, path: Path) -> str:
+        return parse_sbatch_parsable(run_slurm(["sbatch", "--parsable", str(path)]))
+
+    def follow_hint(self, job_id: str) -> str:
+        return f"squeue -j {job_id}"
+
     def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:
         return ended_jobs(job_names, since)
