@@ -202,3 +202,27 @@ def test_validate_for_each_workflow_without_datasets(cli):
     code, out, err = cli("validate", WORKFLOW)
     assert code == 0, err
     assert "ingest (ingest), pyramid (pyramid), reshard (reshard)" in out
+
+
+def test_the_submit_cron_example_has_a_checked_line_per_scheduler(cli, tmp_path, monkeypatch):
+    """deploy/schedule/zarrmill-submit.crontab: one line per scheduler, each a valid cron line whose
+    zarrmill arguments validate the workflow and print a driver job in that scheduler's syntax
+    (nothing is submitted; --log-dir points into the test's own folder)."""
+    cron = (REPO / "deploy" / "schedule" / "zarrmill-submit.crontab").read_text()
+    env = dict(line.split("=", 1) for line in cron.splitlines() if re.match(r"^[A-Z]+=", line))
+    lines = [ln for ln in cron.splitlines() if ln and not ln.startswith("#") and "=" not in ln.split()[0]]
+    seen = {}
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        command = cron_command(line)
+        assert subprocess.run(["bash", "-n", "-c", command], capture_output=True).returncode == 0, command
+        args = zarrmill_args(command, env)
+        assert args[:2] == ["submit", "/opt/zarrmill/workflows/scheduled-cellvoyager.yaml"], args
+        kind = args[args.index("--scheduler") + 1]
+        code, out, err = cli("submit", WORKFLOW, *args[2:], "--print", "--log-dir", str(tmp_path / "logs"))
+        assert code == 0, err
+        seen[kind] = out
+    assert sorted(seen) == ["htcondor", "lsf", "pbs", "sge", "slurm"]
+    assert "#SBATCH --time=02:00:00" in seen["slurm"] and "#$ -l h_rt=02:00:00" in seen["sge"]
+    assert "#PBS -l walltime=02:00:00" in seen["pbs"] and "#BSUB -W 02:00" in seen["lsf"]
+    assert "request_memory = 2G" in seen["htcondor"]
