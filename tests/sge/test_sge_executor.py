@@ -121,3 +121,20 @@ def test_submit_runs_the_driver_as_a_grid_engine_job(cli, sge, tmp_path, monkeyp
     assert "[gen] done" in log.read_text(), log.read_text()
     code, out, _ = cli("status", tmp_path / "a.zarr")
     assert code == 0 and "done" in out
+
+
+def test_a_worker_killed_at_its_run_time_limit_is_named_in_the_failure(cli, sge, tmp_path):
+    """Grid Engine ends the worker job at its h_rt while a unit runs: the failure line says so and
+    what to raise (from qacct's record), instead of a bare KilledWorker."""
+    import dask.config
+    import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
+
+    executor = sge_executor(sge, tmp_path, jobs=1, walltime="00:00:20")
+    executor["retries"] = 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 120000}}}, executor=executor, name="runtime")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    assert "run time" in line and "executor.sge.walltime" in line, line
