@@ -18,7 +18,7 @@ from dask.utils import parse_bytes
 
 from ..errors import ExecutorError
 from .budget import MEMORY, budget_of
-from .jobqueue import UNSET_TRIM, batch_unit_budget, start_pool
+from .jobqueue import UNSET_TRIM, batch_unit_budget, fitting_pool, start_pool
 from .schedulers import BATCH_KINDS, scheduler
 from .machine import available_cpus, available_memory
 from .rundirs import make_run_dir
@@ -48,6 +48,8 @@ class Executor:
         self._pools: dict[tuple, tuple[Any, Any]] = {}
         self.job_names: set[str] = set()  # worker job names, to say why a job ended
         self.started = time.time() - 1  # SubmitTime has whole seconds
+        self._started_pools: dict[tuple, tuple[Resources | None, float]] = {}  # batch pool -> (resources, start)
+        self.startups: list[float] = []  # seconds each batch pool waited for its first worker
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
     def client_for(self, resources: Resources | None, workers: str = "processes") -> Any:
@@ -60,8 +62,16 @@ class Executor:
             return None
         key = resources.key() if (kind in BATCH_KINDS and resources) else (kind,)
         with self._lock:
+            if key not in self._pools and kind in BATCH_KINDS and self.spec.reuse_workers:
+                # a running pool whose jobs hold what this step needs (cores, memory, time left)
+                # takes the step: no new jobs, no second wait in the queue
+                key = fitting_pool(self.spec, resources, self._started_pools) or key
             if key not in self._pools:
+                t0 = time.monotonic()
                 self._pools[key] = self._start(resources, kind)
+                if kind in BATCH_KINDS:
+                    self._started_pools[key] = (resources, time.time())
+                    self.startups.append(time.monotonic() - t0)
             return self._pools[key][1]
 
     def _kind(self, workers: str) -> str:

@@ -56,6 +56,50 @@ def batch_unit_budget(spec: ExecutorSpec, resources: Resources | None) -> int:
     return budget_of(parse_bytes(str(memory)) // max(processes, 1))
 
 
+def _seconds(walltime: Any, kind: str) -> float:
+    """A walltime in seconds: [D-]HH:MM:SS, MM:SS or minutes (LSF: HH:MM or minutes); inf if unknown."""
+    text = str(walltime).strip()
+    days, _, text = text.rpartition("-") if "-" in text else ("0", "", text)
+    try:
+        parts = [float(v) for v in text.split(":")]
+        extra = float(days or 0) * 86400
+    except ValueError:
+        return float("inf")
+    if len(parts) == 1:
+        return extra + parts[0] * 60
+    if len(parts) == 2:
+        return extra + (parts[0] * 3600 + parts[1] * 60 if kind == "lsf" else parts[0] * 60 + parts[1])
+    return extra + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def _effective(spec: ExecutorSpec, resources: Resources | None) -> tuple[int, int, int, float]:
+    """(cores, processes, memory bytes, walltime seconds) a pool of these resources runs with:
+    the layered settings, else dask-jobqueue's own config for this scheduler."""
+    batch, have = scheduler(spec.kind), _settings(spec, resources)
+
+    def value(key: str, default: Any) -> Any:
+        found = have.get(key)
+        return found if found is not None else (_jobqueue(batch, key) if _jobqueue(batch, key) is not None else default)
+
+    return (int(value("cores", 1)), int(value("processes", 1)), parse_bytes(str(value("memory", "0"))),
+            _seconds(value("walltime", "inf"), spec.kind))
+
+
+def fitting_pool(spec: ExecutorSpec, need: Resources | None, pools: dict[tuple, tuple[Resources | None, float]]
+                 ) -> tuple | None:
+    """A running pool whose worker jobs hold what ``need`` asks: as many cores, the same number of
+    worker processes, as much memory, and at least its run time still left (a pool's walltime
+    counts from its start). The smallest such pool; None when there is none."""
+    cores, processes, memory, walltime = _effective(spec, need)
+    fits = []
+    for key, (resources, started) in pools.items():
+        have_cores, have_processes, have_memory, have_walltime = _effective(spec, resources)
+        if (have_cores >= cores and have_processes == processes and have_memory >= memory
+                and have_walltime - (time.time() - started) >= walltime):
+            fits.append((have_memory, have_cores, key))
+    return min(fits)[2] if fits else None
+
+
 def with_memory_resource(args: list[str], budget: int) -> list[str]:
     """The worker's command-line arguments offering ``budget``, kept beside resources the user
     declared (``--resources "GPU=1"``); a ``MEMORY`` the user set wins."""

@@ -82,6 +82,8 @@ class ExecutorSpec(Strict):
         "htcondor: HTCondorCluster settings (cores, memory, disk, job_extra_directives, ...), over "
         "jobqueue.htcondor"))
     worker_start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds to wait for the first worker")
+    reuse_workers: bool = Field(True, description="batch schedulers: a step whose resources a running pool's jobs "
+                                "hold (cores, memory, walltime left) runs on those workers instead of queueing new jobs")
     retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
 

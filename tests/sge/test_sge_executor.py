@@ -138,3 +138,34 @@ def test_a_worker_killed_at_its_run_time_limit_is_named_in_the_failure(cli, sge,
     line = err.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in err, err
     assert "run time" in line and "executor.sge.walltime" in line, line
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_step_that_fits_a_running_pool_reuses_its_workers(cli, sge, tmp_path, reuse):
+    """gen asks for 2GB, copy for 1GB and 5 minutes: with reuse_workers (the default) copy runs on
+    gen's running worker jobs (one set of jobs, one wait in the queue); without, it queues its own."""
+    steps = {"gen": {**generate_step(tmp_path / "a.zarr"), "resources": {"memory": "2GB"}},
+             "copy": {**rechunk_step(tmp_path / "a.zarr", tmp_path / "b.zarr"),
+                      "resources": {"memory": "1GB", "walltime": "00:05:00"}}}
+    executor = sge_executor(sge, tmp_path, jobs=1)
+    executor["reuse_workers"] = reuse
+    name = f"reuse-{str(reuse).lower()}"
+    wf = write_workflow(tmp_path / "wf.yaml", steps, executor=executor, name=name)
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.update(i for i, n, _ in qstat_jobs() if n == f"zm-{name}")
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        code, _, err = cli("run", wf)
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 0, err
+    assert len(seen) == (1 if reuse else 2), seen
+    assert cli("check", tmp_path / "b.zarr")[0] == 0
