@@ -1,6 +1,8 @@
 """Worker sizing from what the process is granted: affinity, cgroup limits (v1 and v2), SLURM."""
 import os
 
+import pytest
+
 from zarrmill.runtime.machine import available_cpus, available_memory
 
 
@@ -31,3 +33,10 @@ def test_a_slurm_allocation_caps_cpus_and_memory(tmp_path):
     assert available_memory(tmp_path, env) == 2048 * 2**20
     (tmp_path / "cpu.max").write_text("max 100000")
     assert available_cpus(tmp_path, {}) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("variable", ["NSLOTS", "NCPUS", "LSB_DJOB_NUMPROC", "_CONDOR_NPROCS"])
+def test_every_schedulers_allocation_caps_cpus(tmp_path, variable):
+    """A local cluster inside a 1-slot Grid Engine, PBS, LSF or HTCondor job gets one worker."""
+    assert available_cpus(tmp_path, {variable: "1"}) == 1
+    assert available_cpus(tmp_path, {variable: "not a number"}) == len(os.sched_getaffinity(0))

@@ -1,7 +1,10 @@
 """What this process may use: CPUs and memory, as the scheduler or container grants them, not the
 whole machine. The smallest of: CPU affinity, the cgroup's CPU quota and memory limit (v2 or v1),
-and the SLURM allocation the process runs in (``SLURM_CPUS_ON_NODE``, ``SLURM_MEM_PER_NODE`` in MB).
-A ``local`` cluster started inside a 1-CPU sbatch job so gets one worker, not one per node core."""
+and the batch allocation the process runs in: SLURM (``SLURM_CPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``
+in MB), Grid Engine (``NSLOTS``), PBS (``NCPUS``), LSF (``LSB_DJOB_NUMPROC``, ``LSB_MAX_MEM_RUSAGE``
+is not a limit and is not read) and HTCondor (``_CONDOR_NPROCS``, ``OMP_NUM_THREADS`` it sets for
+request_cpus). A ``local`` cluster started inside a 1-CPU batch job so gets one worker, not one per
+node core."""
 from __future__ import annotations
 
 import math
@@ -9,6 +12,9 @@ import os
 from pathlib import Path
 
 import psutil
+
+# the variable each scheduler sets to the CPUs it granted this job
+ALLOCATED_CPUS = ("SLURM_CPUS_ON_NODE", "NSLOTS", "NCPUS", "LSB_DJOB_NUMPROC", "_CONDOR_NPROCS")
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -19,9 +25,9 @@ def available_cpus(cgroup: Path = CGROUP, environ: dict[str, str] | None = None)
     quota = _cgroup_cpus(cgroup)
     if quota:
         limits.append(max(1, math.floor(quota)))
-    slurm = _int(env.get("SLURM_CPUS_ON_NODE"))
-    if slurm:
-        limits.append(slurm)
+    granted = next((n for n in (_int(env.get(name)) for name in ALLOCATED_CPUS) if n), None)
+    if granted:
+        limits.append(granted)
     return max(1, min(limits))
 
 
