@@ -23,8 +23,8 @@ from zarrmill.io.synthetic.cellvoyager import render_field
 from zarrmill.io.synthetic.plate_spec import CHANNELS
 
 WELLS = ["B03", "B04", "C03", "C04"]
-SETTINGS = dict(wells=WELLS, grid=[1, 2], shape=[40, 48], channels=3, z_planes=2, timepoints=2,
-                blobs_per_field=8, sparse="mixed", failed_fields=1, pixel_size=0.5)
+SETTINGS = {"wells": WELLS, "grid": [1, 2], "shape": [40, 48], "channels": 3, "z_planes": 2, "timepoints": 2,
+            "blobs_per_field": 8, "sparse": "mixed", "failed_fields": 1, "pixel_size": 0.5}
 
 
 def sets(**extra) -> list[str]:
