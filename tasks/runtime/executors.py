@@ -50,6 +50,9 @@ class Executor:
         self.started = time.time() - 1  # SubmitTime has whole seconds
         self._started_pools: dict[tuple, tuple[Resources | None, float]] = {}  # batch pool -> (resources, start)
         self.startups: list[float] = []  # seconds each batch pool waited for its first worker
+        self._in_use: dict[tuple, int] = {}  # pool -> steps running on it
+        self._last_used: dict[tuple, float] = {}  # pool -> when its last step ended (monotonic)
+        self._chosen: dict[tuple, tuple] = {}  # (kind, step resources) -> the pool client_for gave
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
     def client_for(self, resources: Resources | None, workers: str = "processes") -> Any:
@@ -62,6 +65,7 @@ class Executor:
             return None
         key = resources.key() if (kind in BATCH_KINDS and resources) else (kind,)
         with self._lock:
+            self._release_idle()
             if key not in self._pools and kind in BATCH_KINDS and self.spec.reuse_workers:
                 # a running pool whose jobs hold what this step needs (cores, memory, time left)
                 # takes the step: no new jobs, no second wait in the queue
@@ -72,7 +76,30 @@ class Executor:
                 if kind in BATCH_KINDS:
                     self._started_pools[key] = (resources, time.time())
                     self.startups.append(time.monotonic() - t0)
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+            self._chosen[(kind, resources.key() if resources else None)] = key
             return self._pools[key][1]
+
+    def step_done(self, resources: Resources | None, workers: str = "processes") -> None:
+        """A step finished with the pool ``client_for`` gave it: from now on that pool may idle out."""
+        kind = self._kind(workers)
+        with self._lock:
+            key = self._chosen.get((kind, resources.key() if resources else None))
+            if key in self._in_use:
+                self._in_use[key] = max(0, self._in_use[key] - 1)
+                self._last_used[key] = time.monotonic()
+
+    def _release_idle(self) -> None:
+        """Batch pools no step uses and none used for ``idle_timeout`` seconds end their jobs."""
+        if not self.spec.idle_timeout:
+            return
+        now = time.monotonic()
+        for key in [k for k in self._started_pools if not self._in_use.get(k)
+                    and now - self._last_used.get(k, now) > self.spec.idle_timeout]:
+            cluster, client = self._pools.pop(key)
+            self._started_pools.pop(key)
+            client.close()
+            cluster.close()
 
     def _kind(self, workers: str) -> str:
         kind = self.spec.kind

@@ -93,8 +93,11 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
                            budget_setting=executor.budget_setting())
         task = get_task(step.task)
         opts.unit_budget = lambda step=step, task=task: executor.unit_budget(step.resources, task.workers)
-        report = run_step(step.name, task, step.params,
-                          lambda step=step, task=task: executor.client_for(step.resources, task.workers), opts)
+        try:
+            report = run_step(step.name, task, step.params,
+                              lambda step=step, task=task: executor.client_for(step.resources, task.workers), opts)
+        finally:
+            executor.step_done(step.resources, task.workers)
         if report.ran:
             changed.add(step.name)
         rate = report.bytes / 1e6 / report.unit_seconds if report.unit_seconds else 0.0

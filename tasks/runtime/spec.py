@@ -84,6 +84,9 @@ class ExecutorSpec(Strict):
     worker_start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds to wait for the first worker")
     reuse_workers: bool = Field(True, description="batch schedulers: a step whose resources a running pool's jobs "
                                 "hold (cores, memory, walltime left) runs on those workers instead of queueing new jobs")
+    idle_timeout: float = Field(300.0, ge=0, le=604_800, description="batch schedulers: a pool no step has used for "
+                                "this many seconds is released (its jobs end) when the next step starts; 0: pools "
+                                "last until the run ends")
     retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
     run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
 

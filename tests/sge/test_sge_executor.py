@@ -169,3 +169,41 @@ def test_a_step_that_fits_a_running_pool_reuses_its_workers(cli, sge, tmp_path, 
     assert code == 0, err
     assert len(seen) == (1 if reuse else 2), seen
     assert cli("check", tmp_path / "b.zarr")[0] == 0
+
+
+@pytest.mark.parametrize("idle", [1, 0])
+def test_a_pool_no_step_used_for_idle_timeout_releases_its_jobs(cli, sge, tmp_path, idle):
+    """gen runs on a 1GB pool, chk on a 2GB pool for 6 s; then last (1GB, 5 s) starts: with
+    idle_timeout 1 s the first pool, idle since gen ended, releases its job when last starts and
+    last runs on the 2GB pool, so the first job ends seconds before the second; with 0 the first
+    pool takes last and both end with the run."""
+    steps = {"gen": {**generate_step(tmp_path / "a.zarr"), "resources": {"memory": "1GB"}},
+             "chk": {"task": "cluster-check", "needs": ["gen"], "resources": {"memory": "2GB"},
+                     "params": {"output": str(tmp_path / "chk"), "units": 1, "busy_ms": 6000}},
+             "last": {"task": "cluster-check", "needs": ["chk"], "resources": {"memory": "1GB", "walltime": "00:05:00"},
+                      "params": {"output": str(tmp_path / "last"), "units": 1, "busy_ms": 5000}}}
+    executor = sge_executor(sge, tmp_path, jobs=1)
+    executor["idle_timeout"] = idle
+    name = f"idle-{idle}"
+    wf = write_workflow(tmp_path / "wf.yaml", steps, executor=executor, name=name)
+    last_seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for i, n, _ in qstat_jobs():
+                if n == f"zm-{name}":
+                    last_seen[i] = time.monotonic()
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        code, _, err = cli("run", wf)
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 0, err
+    assert len(last_seen) == 2, last_seen  # last never queues a third pool
+    first, second = sorted(last_seen.values())
+    assert (second - first > 3) == bool(idle), last_seen
