@@ -20,6 +20,30 @@ def sge_executor(queue: str, tmp_path: Path, jobs: int = 2, **sge) -> dict:
             "worker_start_timeout": 120}
 
 
+class JobWatcher:
+    """While a run lasts, polls qstat and remembers, for every job of one name, when it was last seen."""
+
+    def __init__(self, name: str):
+        self.name, self.last_seen = name, {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self.stop.is_set():
+            for job_id, name, _ in qstat_jobs():
+                if name == self.name:
+                    self.last_seen[job_id] = time.monotonic()
+            time.sleep(0.2)
+
+    def __enter__(self) -> "JobWatcher":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def test_a_grid_engine_run_writes_what_one_process_writes(cli, sge, tmp_path):
     def steps(root):
         return {"gen": generate_step(root / "src.zarr"), "copy": rechunk_step(root / "src.zarr", root / "dst.zarr")}
@@ -27,23 +51,10 @@ def test_a_grid_engine_run_writes_what_one_process_writes(cli, sge, tmp_path):
     assert cli("run", write_workflow(tmp_path / "sync.yaml", steps(tmp_path / "sync")))[0] == 0
     wf = write_workflow(tmp_path / "sge.yaml", steps(tmp_path / "sge"), name="sge equal",
                         executor=sge_executor(sge, tmp_path))
-    seen: set[str] = set()
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            seen.update(qstat_names())
-            time.sleep(0.3)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with JobWatcher("zm-sge-equal") as watcher:
         code, _, err = cli("run", wf)
-    finally:
-        stop.set()
-        watcher.join()
     assert code == 0, err
-    assert "zm-sge-equal" in seen, seen
+    assert watcher.last_seen, "the run's worker jobs must show in qstat"
     assert tree_digest(tmp_path / "sge") == tree_digest(tmp_path / "sync")
     deadline = time.monotonic() + 30
     while "zm-sge-equal" in qstat_names() and time.monotonic() < deadline:
@@ -151,23 +162,10 @@ def test_a_step_that_fits_a_running_pool_reuses_its_workers(cli, sge, tmp_path, 
     executor["reuse_workers"] = reuse
     name = f"reuse-{str(reuse).lower()}"
     wf = write_workflow(tmp_path / "wf.yaml", steps, executor=executor, name=name)
-    seen: set[str] = set()
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            seen.update(i for i, n, _ in qstat_jobs() if n == f"zm-{name}")
-            time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with JobWatcher(f"zm-{name}") as watcher:
         code, _, err = cli("run", wf)
-    finally:
-        stop.set()
-        watcher.join()
     assert code == 0, err
-    assert len(seen) == (1 if reuse else 2), seen
+    assert len(watcher.last_seen) == (1 if reuse else 2), watcher.last_seen
     assert cli("check", tmp_path / "b.zarr")[0] == 0
 
 
@@ -186,24 +184,9 @@ def test_a_pool_no_step_used_for_idle_timeout_releases_its_jobs(cli, sge, tmp_pa
     executor["idle_timeout"] = idle
     name = f"idle-{idle}"
     wf = write_workflow(tmp_path / "wf.yaml", steps, executor=executor, name=name)
-    last_seen: dict[str, float] = {}
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            for i, n, _ in qstat_jobs():
-                if n == f"zm-{name}":
-                    last_seen[i] = time.monotonic()
-            time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with JobWatcher(f"zm-{name}") as watcher:
         code, _, err = cli("run", wf)
-    finally:
-        stop.set()
-        watcher.join()
     assert code == 0, err
-    assert len(last_seen) == 2, last_seen  # last never queues a third pool
-    first, second = sorted(last_seen.values())
-    assert (second - first > 3) == bool(idle), last_seen
+    assert len(watcher.last_seen) == 2, watcher.last_seen  # last never queues a third pool
+    first, second = sorted(watcher.last_seen.values())
+    assert (second - first > 3) == bool(idle), watcher.last_seen
