@@ -1,7 +1,7 @@
 """Instrument indexes are read streaming: memory follows the planes zarrmill keeps, not the size of
-the XML (a 1536-well Harmony index is hundreds of MB). Each index here is padded with the kind of
-per-image detail instruments write and zarrmill does not keep; reading it must peak well below the
-file's own size (a whole-tree parse takes several times the file)."""
+the XML (a 1536-well Harmony index is hundreds of MB). Each index is read, then padded with the kind
+of per-image detail instruments write and zarrmill does not keep, and read again: the peak may grow
+by far less than the file did (a whole-tree parse grows by several times the file)."""
 from __future__ import annotations
 
 import re
@@ -29,19 +29,26 @@ def test_an_index_is_read_in_memory_well_below_its_size(cli, tmp_path, fmt):
     code, err = run_task(cli, "generate-plate", f"output={raw}", f"format={fmt}", "wells=[B03,B04,C03,C04]",
                          "grid=[3,3]", "shape=[8,8]", "channels=2", "z_planes=3", "blobs_per_field=0")
     assert code == 0, err
+    index = raw / "Images" / "Index.idx.xml" if fmt == "operetta" else next(raw.rglob("*.ome.xml"))
+    options = ReadOptions(plate_shape=(8, 12) if fmt == "scanr" else None)
+    reader(fmt).read(raw, options)  # imports and caches first: only the reads themselves are measured
+
+    def peak_reading() -> int:
+        tracemalloc.start()
+        try:
+            acq = reader(fmt).read(raw, options)
+            assert len(acq.planes) == 4 * 9 * 2 * 3
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    plain_size, plain_peak = index.stat().st_size, peak_reading()
     if fmt == "operetta":
-        size = pad(raw / "Images" / "Index.idx.xml", "Image", f"<Notes>{PAD}</Notes>")
+        size = pad(index, "Image", f"<Notes>{PAD}</Notes>")
     else:
-        index = next(raw.rglob("*.ome.xml"))
         size = pad(index, "Image", f"<Description>{PAD * 6}</Description>")  # one image per field: more each
     assert size > 1_000_000
-    options = ReadOptions(plate_shape=(8, 12) if fmt == "scanr" else None)
-    reader(fmt).read(raw, options)  # imports and caches first: only the read itself is measured
-    tracemalloc.start()
-    try:
-        acq = reader(fmt).read(raw, options)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert len(acq.planes) == 4 * 9 * 2 * 3
-    assert peak < size / 4, f"peak {peak / 1e6:.1f} MB reading a {size / 1e6:.1f} MB index"
+    grown = peak_reading() - plain_peak
+    # the same planes, an index several times larger: a streaming read barely grows (a whole-tree
+    # parse grows by about 4x what the file did)
+    assert grown < (size - plain_size) / 4, f"peak grew {grown / 1e6:.2f} MB for {(size - plain_size) / 1e6:.1f} MB more index"
