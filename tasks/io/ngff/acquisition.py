@@ -54,6 +54,7 @@ class Acquisition:
     acquisition_name: str = ""
     time_axis: bool = False  # a t axis even at one time point: another part of the plate has several
     _summary: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _parts: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def row_label(self, row: int) -> str:
         """The plate row's name in the output (NGFF row path)."""
@@ -111,6 +112,14 @@ class Acquisition:
         return self._summarise()[2]
 
     def parts(self) -> list["Acquisition"]:
+        """``split_parts``, made once per planes list: plan and finish of both layouts each ask, and a
+        split copies every plane."""
+        key = (id(self.planes), len(self.planes))
+        if self._parts is None or self._parts[0] != key:
+            self._parts = (key, self.split_parts())
+        return self._parts[1]
+
+    def split_parts(self) -> list["Acquisition"]:
         """The plate split by what each well was imaged with: wells sharing one set of time points,
         channels and z planes form one part (an NGFF plate acquisition), indexed on their own, so a
         well carries only its own channels and time points and nothing is zero-filled that was
