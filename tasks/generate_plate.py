@@ -14,11 +14,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, StringConstraints, model_validator
 
 from .io.synthetic import cellvoyager, cq, hcsai, metaxpress, operetta, scanr
 from .io.synthetic.cellvoyager import FieldSpec, layout, render_field
 from .io.synthetic.plate_spec import PlateSpec
+from .runtime.budget import holds
 from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams, Unit
 
 
@@ -92,7 +94,9 @@ class Params(TaskParams):
 
 def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     Path(p.output).mkdir(parents=True, exist_ok=True)
-    return [{"id": f"{fs.well}/{fs.index}", "field": i} for i, fs in enumerate(p.fields())]
+    # a unit holds one plane at a time, with the noise and blobs it is made of
+    plane = holds([[0, p.shape[0]], [0, p.shape[1]]], np.dtype(p.dtype).itemsize, copies=4)
+    return [{"id": f"{fs.well}/{fs.index}", "field": i, "memory": plane} for i, fs in enumerate(p.fields())]
 
 
 def run_unit(p: Params, unit: Unit) -> int:

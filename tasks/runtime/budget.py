@@ -10,6 +10,7 @@ Units that declare nothing run unconstrained, as before. On an ``address`` execu
 zarrmill did not start) the workers' budgets are unknown: nothing is constrained or refused."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from dask.utils import format_bytes
@@ -25,6 +26,21 @@ UNIT_SHARE = 0.6
 def unit_memory(unit: dict[str, Any]) -> int:
     """The bytes a unit declared (0: it declared nothing)."""
     return int(unit.get("memory") or 0)
+
+
+@dataclass(frozen=True)
+class PlanSize:
+    """What a plan asks of an executor: its units, the largest unit's bytes and all units' bytes."""
+
+    units: int
+    largest: int
+    total: int
+    declared: bool  # every unit declared its bytes (else the totals say little)
+
+    @classmethod
+    def of(cls, units: list[dict[str, Any]]) -> "PlanSize":
+        sizes = [unit_memory(u) for u in units]
+        return cls(len(sizes), max(sizes, default=0), sum(sizes), all(sizes))
 
 
 def budget_of(worker_memory: int) -> int:

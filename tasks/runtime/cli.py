@@ -11,8 +11,7 @@ import time
 
 from .. import __version__
 from ..errors import ZarrmillError
-from .commands import COMMANDS
-from .spec import EXECUTOR_KINDS
+from .kinds import EXECUTOR_KINDS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -43,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--params", help="YAML or JSON file with the task's parameters")
     _add_set(p)
-    p.add_argument("--executor", default="local", choices=EXECUTOR_KINDS)
+    p.add_argument("--executor", default="auto", choices=EXECUTOR_KINDS)
     p.add_argument("--overwrite", action="store_true")
 
     p = add("tasks", "list tasks, or show one task's parameters")
@@ -119,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.debug:
         _libraries_log_to_a_file()
+    from .commands import COMMANDS
+
     reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
     return_freed_memory()  # before any plane is read; dask and SLURM workers inherit it
     try:

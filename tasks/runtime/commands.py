@@ -1,4 +1,5 @@
-"""What each ``zarrmill`` command does, registered by name (the parser lives in cli.py, which\nimports this module; nothing here imports cli)."""
+"""What each ``zarrmill`` command does, registered by name (the parser lives in cli.py, which\nimports this module; nothing here imports cli). A command imports what it needs when it runs, so
+``zarrmill --version`` and ``zarrmill tasks`` answer without loading dask, zarr or the tasks."""
 from __future__ import annotations
 
 import argparse
@@ -6,19 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from ..io.storage.location import as_location, check_url
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError, InputNotFoundError
-from .ledger import list_steps
-from .provenance import read_provenance
-from .registry import get_task, task_names
-from .runner import run_workflow
-from .scheduler import run_for_each
-from .schema import task_params_help, workflow_schema
-from .submit import submit_workflow
-from .workflow import Workflow, apply_set, build_workflow, load_workflow
-from .yamlpos import Located, load_located
+from .registry import get_task, task_names, task_summary
+
+if TYPE_CHECKING:
+    from .yamlpos import Located
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -40,6 +35,10 @@ def _with_executor(sets: list[str], executor: str | None) -> list[str]:
 
 @command("run")
 def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import run_workflow
+    from .scheduler import run_for_each
+    from .workflow import load_workflow
+
     wf = load_workflow(args.workflow, _with_executor(args.set, args.executor))
     if wf.for_each is not None:  # the steps once per dataset found
         run_for_each(wf, overwrite=args.overwrite, dry_run=args.dry_run)
@@ -50,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command("validate")
 def cmd_validate(args: argparse.Namespace) -> int:
+    from .workflow import load_workflow
+
     wf = load_workflow(args.workflow, args.set)
     print(f"{args.workflow}: ok, {len(wf.steps)} steps: "
           + ", ".join(f"{s.name} ({s.task})" for s in wf.steps))
@@ -58,6 +59,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 @command("task")
 def cmd_task(args: argparse.Namespace) -> int:
+    from .workflow import apply_set
+    from .yamlpos import Located, load_located
+
     get_task(args.name)  # unknown task -> clear error before reading anything
     if args.params:
         doc = load_located(Path(args.params), "parameter file")
@@ -73,6 +77,10 @@ def cmd_task(args: argparse.Namespace) -> int:
 
 
 def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc: Located | None = None) -> None:
+    from .runner import run_workflow
+    from .workflow import Workflow, build_workflow
+    from .yamlpos import Located
+
     """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
     doc = doc or Located({}, "command line", {})
     located = Located({"name": name, "executor": {"kind": executor},
@@ -100,21 +108,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
 @command("tasks")
 def cmd_tasks(args: argparse.Namespace) -> int:
     if args.name:
+        from .schema import task_params_help
+
         print(task_params_help(get_task(args.name)))
         return 0
     for name in task_names():
-        print(f"{name:16s} {get_task(name).summary}")
+        print(f"{name:16s} {task_summary(name)}")
     return 0
 
 
 @command("schema")
 def cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import workflow_schema
+
     print_json(workflow_schema())
     return 0
 
 
 @command("status")
 def cmd_status(args: argparse.Namespace) -> int:
+    from .ledger import list_steps
+
     if not Path(args.output).exists():
         raise InputNotFoundError(f"{args.output}: does not exist; give an output zarrmill wrote")
     steps = list_steps(Path(args.output))
@@ -131,6 +145,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 @command("submit")
 def cmd_submit(args: argparse.Namespace) -> int:
+    from .submit import submit_workflow
+    from .workflow import load_workflow
+
     from .schedulers import BATCH_KINDS, scheduler
 
     wf = load_workflow(args.workflow, args.set)  # validate before anything is queued
@@ -150,6 +167,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 @command("runs")
 def cmd_runs(args: argparse.Namespace) -> int:
+    from .workflow import load_workflow
+
     import time
 
     from .history import History
@@ -199,6 +218,9 @@ def provenance_lines(prov: dict) -> list[str]:
 
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..io.storage.location import as_location, check_url
+    from .provenance import read_provenance
+
     from .check import check_output
 
     check_url(args.store, write=False, what="store")

@@ -11,24 +11,21 @@ import logging
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from ..errors import OutputLockedError, StepFailedError, UnitError, ZarrmillError
+from ..errors import OutputLockedError, StepFailedError, ZarrmillError
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
-from .budget import refuse_oversized, resources_for, unit_memory
+from .budget import PlanSize, refuse_oversized
 from .contract import PlanContext, Task, TaskParams, Unit
 from .ledger import StepRecord, open_ledger
 from .resume import prepare_output, remove_partial_files, same_step, step_record
-from .malloc import return_freed_memory
 from .locks import Lease, Locked, open_lock
 from .progress import Progress
-from .registry import get_task
+from .unit_runners import execute_unit, runner_for  # noqa: F401 - execute_unit: workers import it from here too
 
 log = logging.getLogger("zarrmill")
 MAX_FAILURES_SHOWN = 5
@@ -50,6 +47,7 @@ class StepOptions:
     unit_budget: Callable[[], int | None] | None = None
     budget_setting: str = "executor.memory_limit"
     _budget: int | None = None  # unit_budget() of the step being run
+    plan: PlanSize | None = None  # the units left to run, for an executor that chooses by the plan
 
 
 @dataclass
@@ -63,25 +61,6 @@ class StepReport:
     bytes: int = 0
     unit_seconds: float = 0.0  # time spent running units (without planning, start-up, finish)
     failures: list[str] = field(default_factory=list)
-
-
-@lru_cache(maxsize=32)
-def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
-    return get_task(task_name).params_model.model_validate_json(params_json)
-
-
-def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
-    """What a worker runs: one unit. Errors come back as one line naming task, unit and region."""
-    return_freed_memory()  # a worker started without zarrmill's environment (once per process)
-    task = get_task(task_name)
-    params = _params_on_worker(task_name, params_json)
-    try:
-        return int(task.run_unit(params, unit) or 0)
-    except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
-        where = task.describe_unit(unit)
-        raise UnitError(
-            f"task {task_name}, unit {unit['id']} ({where}): {type(err).__name__}: {err}"
-        ) from err
 
 
 def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any],
@@ -200,15 +179,16 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     report = StepReport(step, task.name, len(units), len(units) - len(todo), 0, 0.0)
     _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
 
+    opts.plan = PlanSize.of(todo)
     client = get_client() if todo else None
     if client is not None:
-        from .executors import dashboard_link
+        from .executors import describe_client
 
-        _say(opts, f"[{step}] dashboard: {dashboard_link(client)}")
+        _say(opts, f"[{step}] {describe_client(client)}")
     progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
     t_units = time.monotonic()
     try:
-        runner = _run_inline if client is None else _run_on_client
+        runner = runner_for(client)
         for stage in _stages(todo):
             for unit, nbytes, error in runner(task, params, stage, client, opts):
                 lock.check()  # taken over by another run: stop before recording or writing more
@@ -242,82 +222,6 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     return report
 
 
-def _run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
-                ) -> Iterator[tuple[Unit, int, str | None]]:
-    p_json = params.model_dump_json()
-    for unit in todo:
-        error = None
-        for attempt in range(opts.retries + 1):
-            try:
-                yield unit, execute_unit(task.name, p_json, unit), None
-                break
-            except UnitError as err:
-                error = str(err)
-                log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
-                if attempt == opts.retries:
-                    _log_failure(opts, unit, err)
-        else:
-            yield unit, 0, error
-
-
-def _run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: StepOptions
-                   ) -> Iterator[tuple[Unit, int, str | None]]:
-    """Keep a bounded window of units in flight; refill it in batches (one scheduler message per
-    batch, not per unit) as results arrive."""
-    from distributed import as_completed
-
-    p_json = params.model_dump_json()
-    limit = opts.max_in_flight or max(64, 8 * sum(client.nthreads().values()))
-    run_id = uuid.uuid4().hex[:8]
-    pending = iter(enumerate(todo))
-    by_key: dict[str, Unit] = {}
-
-    def submit(n: int) -> list[Any]:
-        batch = _take(pending, n)
-        if not batch:
-            return []
-        futures = []
-        by_need: dict[int, list[tuple[int, Unit]]] = {}  # one map per memory size a unit declared
-        for i, unit in batch:
-            by_need.setdefault(unit_memory(unit), []).append((i, unit))
-        for group in by_need.values():
-            keys = [f"{task.name}-{run_id}-{i}" for i, _ in group]
-            units = [u for _, u in group]
-            by_key.update(zip(keys, units))
-            futures += client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
-                                  key=keys, retries=opts.retries, pure=False,
-                                  resources=resources_for(units[0], opts._budget))
-        return futures
-
-    # current for as_completed only: the client is never dask's global default (executors.py)
-    with client.as_current():
-        ac = as_completed(submit(limit), with_results=True, raise_errors=False)
-        try:
-            yield from _results(task, ac, by_key, submit, opts)
-        finally:  # the step stopped early (a lost lock, an interrupt): units not yet run never start
-            if by_key:
-                try:
-                    client.cancel(list(ac.futures))
-                except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to cancel
-                    pass
-
-
-def _results(task: Task, ac: Any, by_key: dict[str, Unit], submit: Callable[[int], list[Any]], opts: StepOptions
-             ) -> Iterator[tuple[Unit, int, str | None]]:
-    for batch in ac.batches():
-        for fut, result in batch:
-            unit = by_key.pop(fut.key)
-            # a unit returns its byte count: one that arrived is good even if its worker died
-            # since (status "lost"); a failure arrives as an exception or an exc_info tuple
-            if isinstance(result, int) and not isinstance(result, bool):
-                yield unit, result, None
-            else:
-                exc = _exception_of(result)
-                _log_failure(opts, unit, exc)
-                yield unit, 0, _describe_future_error(task, unit, exc)
-        ac.update(submit(len(batch)))
-
-
 def _stages(units: list[Unit]) -> list[list[Unit]]:
     """Units grouped by their optional ``stage`` (default 0): every unit of a stage finishes
     before the next stage starts (e.g. pyramid level k is built from level k-1 as stored)."""
@@ -331,47 +235,6 @@ def _lost_workers(report: StepReport) -> bool:
     """A unit failed because the worker running it died (distributed's KilledWorker)."""
     return any("KilledWorker" in failure or "worker" in failure.lower() and "died" in failure.lower()
                for failure in report.failures)
-
-
-def _exception_of(result: Any) -> BaseException:
-    if isinstance(result, BaseException):
-        return result
-    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
-        return result[1].with_traceback(result[2]) if result[2] is not None else result[1]
-    return RuntimeError(f"the unit returned {result!r} instead of its byte count")
-
-
-def _log_failure(opts: StepOptions, unit: Unit, exc: BaseException) -> None:
-    """The whole traceback of a failed unit goes to the step's error log, not the terminal."""
-    if opts.error_log is None:
-        return
-    import traceback
-
-    opts.error_log.parent.mkdir(parents=True, exist_ok=True)
-    cause = exc.__cause__ or exc
-    with open(opts.error_log, "a", encoding="utf-8") as fh:
-        fh.write(f"--- unit {unit['id']} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        fh.write("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)))
-
-
-def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
-    if isinstance(exc, ZarrmillError):
-        return str(exc)
-    what = type(exc).__name__
-    # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
-    message = "the worker running it died" if what == "KilledWorker" else str(exc)
-    region = task.describe_unit(unit)
-    return f"task {task.name}, unit {unit['id']}{f' ({region})' if region else ''}: {what}: {message}"
-
-
-def _take(it: Iterator[Any], n: int) -> list[Any]:
-    out = []
-    for _ in range(n):
-        try:
-            out.append(next(it))
-        except StopIteration:
-            break
-    return out
 
 
 def _check_unique_ids(task_name: str, units: list[Unit]) -> None:

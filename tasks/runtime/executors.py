@@ -1,6 +1,7 @@
 """Executors only build dask Clients; the engine is the same on all of them.
 
-``Executor.client_for(resources)`` returns the client a step runs on (None for ``sync``: inline).
+``Executor.client_for(resources)`` returns the client a step runs on (None for ``sync``: inline;
+an ``InProcessPool`` where ``auto`` chose threads in this process for the step's plan).
 On a batch scheduler (SLURM, Grid Engine, PBS, LSF, HTCondor) each distinct set of step resources
 gets its own dask-jobqueue cluster (a worker pool; jobqueue.py)."""
 from __future__ import annotations
@@ -17,17 +18,30 @@ import dask.config
 from dask.utils import parse_bytes
 
 from ..errors import ExecutorError
-from .budget import MEMORY, budget_of
+from .budget import MEMORY, PlanSize, budget_of
 from .jobqueue import UNSET_TRIM, batch_unit_budget, fitting_pool, start_pool
 from .schedulers import BATCH_KINDS, scheduler
 from .machine import available_cpus, available_memory
 from .rundirs import make_run_dir
 from .spec import ExecutorSpec, Resources
+from .unit_runners import InProcessPool
 
 LOOPBACK = "127.0.0.1"
 # the host each pool's dashboard listens on, where zarrmill chose it (dask's own link names the
 # scheduler's network address, where a dashboard bound to 127.0.0.1 does not answer)
 DASHBOARD_HOSTS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+# ``auto``: a plan of at most this many bytes (all units together) is small whatever the task: worker
+# processes would take longer to start (~2 s, and distributed's import ~0.9 s) than it to run
+SMALL_PLAN = 256 << 20
+CHOSEN: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # client -> why auto chose it
+
+
+def describe_client(client: Any) -> str:
+    """The one line a step prints about where its units run."""
+    if isinstance(client, InProcessPool):
+        return client.describe()
+    why = CHOSEN.get(client)
+    return f"dashboard: {dashboard_link(client)}" + (f" ({why})" if why else "")
 
 
 def dashboard_link(client: Any) -> str:
@@ -55,14 +69,20 @@ class Executor:
         self._chosen: dict[tuple, tuple] = {}  # (kind, step resources) -> the pool client_for gave
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
 
-    def client_for(self, resources: Resources | None, workers: str = "processes") -> Any:
+    def client_for(self, resources: Resources | None, workers: str = "processes", plan: PlanSize | None = None) -> Any:
         """``workers``: what the task runs best on. On the ``local`` executor a task whose units
         spend their time in GIL-free codecs ("threads": ingest, pyramid, reshard, ...) runs on
         threads in this process (no process start-up, no transfers); the others on processes.
-        Explicit ``threads``, batch and ``address`` executors are used as configured."""
+        ``auto`` chooses by ``plan`` (auto_choice). Explicit ``threads``, batch and ``address``
+        executors are used as configured."""
         kind = self._kind(workers)
         if kind == "sync":
             return None
+        why = ""
+        if kind == "auto":
+            kind, why = self.auto_choice(workers, plan)
+            if kind == "inprocess":
+                return InProcessPool(self._local_workers("inprocess"), budget_of(self._local_worker_memory("inprocess")), why)
         key = resources.key() if (kind in BATCH_KINDS and resources) else (kind,)
         with self._lock:
             self._release_idle()
@@ -78,7 +98,26 @@ class Executor:
                     self.startups.append(time.monotonic() - t0)
             self._in_use[key] = self._in_use.get(key, 0) + 1
             self._chosen[(kind, resources.key() if resources else None)] = key
-            return self._pools[key][1]
+            client = self._pools[key][1]
+            if why:
+                CHOSEN[client] = why
+            return client
+
+    def auto_choice(self, workers: str, plan: PlanSize | None) -> tuple[str, str]:
+        """``auto``: threads in this process for a plan that fits here, worker processes for a larger
+        one of a task that holds the GIL; the reason goes into the step's one line."""
+        if workers == "threads":
+            return "inprocess", "the task's units spend their time in codecs that release the GIL"
+        if plan is None:
+            return "local", "worker processes"
+        if plan.units <= 1:
+            return "inprocess", "one unit: nothing to spread over worker processes"
+        size = f"{plan.units} units, {plan.total / 1e6:.0f} MB held in all" if plan.declared else f"{plan.units} units"
+        if plan.declared and plan.total <= SMALL_PLAN:
+            return "inprocess", f"{size}: less work than starting worker processes"
+        if plan.largest > budget_of(self._local_worker_memory("local")):
+            return "inprocess", f"{size}: a unit needs more than one worker process's share of memory"
+        return "local", f"{size}: worker processes, {self._local_workers('local')} at once"
 
     def step_done(self, resources: Resources | None, workers: str = "processes") -> None:
         """A step finished with the pool ``client_for`` gave it: from now on that pool may idle out."""
@@ -103,8 +142,11 @@ class Executor:
 
     def _kind(self, workers: str) -> str:
         kind = self.spec.kind
-        if kind == "local" and workers == "threads" and not (self.spec.workers or self.spec.memory_limit):
-            kind = "threads"  # workers or memory_limit set: the user sized processes, keep them
+        sized = bool(self.spec.workers or self.spec.memory_limit)  # the user sized processes: keep them
+        if kind == "auto" and sized:
+            kind = "local"
+        if kind == "local" and workers == "threads" and not sized:
+            kind = "threads"
         return kind
 
     def unit_budget(self, resources: Resources | None, workers: str = "processes") -> int | None:
@@ -124,6 +166,8 @@ class Executor:
         return {"sync": "run on a machine with more memory"}.get(self.spec.kind, "executor.memory_limit")
 
     def _local_workers(self, kind: str) -> int:
+        if kind == "inprocess":  # one process: its threads are the workers
+            return self.spec.workers or available_cpus()
         return self.spec.workers or (1 if kind in ("threads", "sync") else available_cpus())
 
     def _local_worker_memory(self, kind: str) -> int:
@@ -131,6 +175,8 @@ class Executor:
         limit = self.spec.memory_limit
         if limit and limit != "auto" and kind != "sync":
             return parse_bytes(limit)
+        if kind == "inprocess":  # the threads share this process's memory
+            return int(available_memory() * 0.8)
         return int(available_memory() * 0.8 / self._local_workers(kind))
 
     def _start(self, resources: Resources | None, kind: str) -> tuple[Any, Any]:

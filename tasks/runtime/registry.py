@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from ..errors import ConfigError
 from .contract import Task
@@ -42,6 +43,20 @@ def task_modules() -> dict[str, str]:
 
 def task_names() -> list[str]:
     return list(task_modules())
+
+
+def task_summary(name: str) -> str:
+    """The first line of a task module's docstring, read from its source without importing it
+    (a task imports zarr, numpy and its codecs at import time: a second for the whole list)."""
+    import ast
+    import importlib.util
+
+    module = task_modules()[name].split(":")[0]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return get_task(name).summary
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
 @lru_cache(maxsize=None)

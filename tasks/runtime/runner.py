@@ -95,7 +95,7 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
         opts.unit_budget = lambda step=step, task=task: executor.unit_budget(step.resources, task.workers)
         try:
             report = run_step(step.name, task, step.params,
-                              lambda step=step, task=task: executor.client_for(step.resources, task.workers), opts)
+                              lambda step=step, task=task: executor.client_for(step.resources, task.workers, opts.plan), opts)
         finally:
             executor.step_done(step.resources, task.workers)
         if report.ran:

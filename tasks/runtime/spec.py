@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .kinds import EXECUTOR_KINDS
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -48,7 +50,6 @@ class Adapt(Strict):
     maximum_jobs: int = Field(4, ge=1, le=10_000)
 
 
-EXECUTOR_KINDS = ("local", "threads", "sync", "slurm", "sge", "pbs", "lsf", "htcondor", "address")
 WORKERS_PER_CPU = 4  # local worker processes per available CPU (I/O-bound work may oversubscribe a little)
 THREADS_PER_CPU = 16
 
@@ -57,7 +58,8 @@ class ExecutorSpec(Strict):
     """Where the units run. Only builds a dask Client; the engine is the same everywhere."""
 
     kind: Literal[EXECUTOR_KINDS] = Field(  # type: ignore[valid-type]
-        "local", description="local: LocalCluster (processes); threads: one process, many threads; "
+        "auto", description="auto: chosen per step by its plan (threads in this process for a plan that "
+        "fits here, else as local); local: LocalCluster (processes); threads: one process, many threads; "
         "sync: inline on the driver (debugging); slurm, sge (Grid Engine), pbs, lsf, htcondor: worker jobs "
         "through dask-jobqueue's cluster class of that scheduler; address: an existing scheduler")
     workers: int | None = Field(None, ge=1, le=1_000_000, description="local: worker processes (default: cores)")
@@ -99,7 +101,7 @@ class ExecutorSpec(Strict):
     def _fits_this_machine(self) -> "ExecutorSpec":
         """Local workers are processes (threads) on this machine: a typo such as 100000 would start
         until memory runs out. The bound is stated in the message."""
-        if self.kind in ("local", "threads"):
+        if self.kind in ("auto", "local", "threads"):
             from .machine import available_cpus
 
             cpus = available_cpus()
