@@ -32,7 +32,7 @@ from zarrmill.io.storage.guard import bookkeeping_dir
 # run in the measured process: the engine as it is, with units that do nothing
 DRIVER = r"""
 import os, sys
-from zarrmill.runtime import engine
+from zarrmill.runtime import unit_runners
 stop_after = int(os.environ.get("BENCH_STOP_AFTER", "0"))
 
 def no_pixels(task, params, todo, client, opts):
@@ -41,7 +41,7 @@ def no_pixels(task, params, todo, client, opts):
             os._exit(9)  # killed mid-step: the ledger holds what was marked done so far
         yield unit, 0, None
 
-engine._run_inline = no_pixels
+unit_runners.run_inline = no_pixels
 from zarrmill.runtime.cli import main
 sys.argv = ["zarrmill"] + sys.argv[1:]
 sys.exit(main())

@@ -135,7 +135,7 @@ def compare(a: argparse.Namespace, work: Path, n_wells: int, two_pass: bool) -> 
     n_files, raw_bytes = files_and_bytes(raw)
     print(f"input: {n_files} files, {raw_bytes / 1e6:.0f} MB ({n_wells} wells x {a.grid}x{a.grid} fields x "
           f"{a.z} z x {a.channels} channels, {a.shape} uint16)", flush=True)
-    fractal_name, ours_name = f"fractal-uzh-converters ({a.processes} processes)", "zarrmill ingest layout: well (local, default)"
+    fractal_name, ours_name = f"fractal-uzh-converters ({a.processes} processes)", "zarrmill ingest layout: well (default executor and codec)"
     tools = {
         "floor: read + compress + write, all cores": lambda out: python(FLOOR.format(folder=str(raw), out=str(out))),
         fractal_name: lambda out: [
@@ -175,8 +175,8 @@ def compare(a: argparse.Namespace, work: Path, n_wells: int, two_pass: bool) -> 
         fov = run_measured(zarrmill("task", "ingest", "--set", f"input={raw}", "--set", f"output={two / 'fov.zarr'}"))
         wells = run_measured(zarrmill("task", "reshard", "--set", f"input={two / 'fov.zarr'}",
                                       "--set", f"output={two / 'plate.zarr'}"))
-        best["zarrmill ingest + reshard (two passes, local)"] = (fov.seconds + wells.seconds, max(fov.peak_mb, wells.peak_mb))
-        outputs["zarrmill ingest + reshard (two passes, local)"] = two
+        best["zarrmill ingest + reshard (two passes)"] = (fov.seconds + wells.seconds, max(fov.peak_mb, wells.peak_mb))
+        outputs["zarrmill ingest + reshard (two passes)"] = two
 
     names = list(best)
     fractal_plate = outputs[fractal_name] / "plate.zarr"
