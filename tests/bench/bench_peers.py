@@ -142,7 +142,7 @@ def compare(a: argparse.Namespace, work: Path, n_wells: int, two_pass: bool) -> 
             a.peers_python, str(REPO / "tests" / "peers" / "fractal_cellvoyager.py"), str(raw), str(out),
             str(a.processes)],
         f"faim-ipa 0.14 ({a.processes} processes)": lambda out: [
-            a.faim_python, str(REPO / "tests" / "peers" / "faim_cellvoyager.py"), str(raw), str(out),
+            a.faim_python, str(REPO / "tests" / "peers" / "faim_convert_cellvoyager.py"), str(raw), str(out),
             str(a.processes)],
         ours_name: lambda out: zarrmill(
             "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
