@@ -30,7 +30,6 @@ from .io.storage.arrays import (
     ensure_group,
     group_regions,
     open_for_write,
-    region_slices,
     write_region,
 )
 from .io.readers.registry import ReadOptions, reader
@@ -289,7 +288,7 @@ def _run_image_unit(p: Params, unit: Unit) -> int:
         data = vol.read([tuple(r) for r in unit["region"]])
     finally:
         vol.close()
-    open_for_write(p.output_path() / "0")[region_slices(unit["region"])] = data
+    write_region(open_for_write(p.output_path() / "0"), [a for a, _ in unit["region"]], data)
     return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in unit["region"]], p.output_path(),
                                                    unit.get("levels", []))
 
