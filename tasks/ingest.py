@@ -326,6 +326,8 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
     for i, reg in enumerate(regions):
         unit: Unit = {"id": f"{image}/r{i}" if image else f"r{i}", "region": [list(r) for r in reg],
                       "levels": levels, "memory": holds(reg, itemsize)}
+        if fov_planes is None:  # a volume's regions: a few large buffers, reused (runtime/malloc.py)
+            unit["allocator"] = "speed"
         if fov_planes is not None:
             unit.update(field=image, missing_ok=p.missing == "zeros",
                         planes=[[pl.t, pl.c, pl.z, pl.path] for pl in fov_planes if _inside(reg, pl, meta)])

@@ -30,6 +30,7 @@ from .io.storage.arrays import (
     group_regions,
     open_for_write,
     open_input_array,
+    read_region,
     write_region,
 )
 from .io.storage.downsample import downsample, out_shape
@@ -278,7 +279,7 @@ def run_level_unit(base: Path, unit: Unit) -> int:
     out = np.empty(tuple(b - a for a, b in region), dtype=dst.dtype)
     for slab in _slabs(region, dst.dtype.itemsize):
         src_region = tuple(slice(a * f, min(b * f, n)) for (a, b), f, n in zip(slab, factors, src.shape))
-        part = downsample(np.asarray(src[src_region]), factors, unit["method"])
+        part = downsample(read_region(src, src_region), factors, unit["method"])
         if part.dtype != dst.dtype:
             raise InputError(f"{root}: level {unit['dst']} would be {part.dtype}, level 0 is {dst.dtype}")
         out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part

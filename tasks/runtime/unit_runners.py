@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 from ..errors import UnitError, ZarrmillError
 from .budget import resources_for, unit_memory
 from .contract import Task, TaskParams, Unit
-from .malloc import return_freed_memory
+from .malloc import return_freed_memory, use_profile
 from .registry import get_task
 
 log = logging.getLogger("zarrmill")
@@ -29,6 +29,7 @@ def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
 def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     """What a worker runs: one unit. Errors come back as one line naming task, unit and region."""
     return_freed_memory()  # a worker started without zarrmill's environment (once per process)
+    use_profile(unit.get("allocator", "steady"))
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:

@@ -171,6 +171,15 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
         future.result()
 
 
+def read_region(arr: zarr.Array, region: tuple[slice, ...]) -> np.ndarray:
+    """``arr[region]``: through tensorstore for arrays on the local file system (it decodes the
+    chunks on all cores: 64 MB of level 1 in 0.2 s where zarr-python took 0.75 s), else zarr-python."""
+    source = _tensorstore_of(arr)
+    if source is None:
+        return np.asarray(arr[region])
+    return np.asarray(source[region].read().result())
+
+
 # bytes handed to tensorstore and not yet written, per call: many small chunks still go out in
 # parallel, large shards a few at a time (a unit's memory stays its own pixels plus this)
 IN_FLIGHT_BYTES = 32 * 2**20
