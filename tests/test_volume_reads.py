@@ -54,3 +54,53 @@ def test_a_truncated_tiff_says_so(tmp_path, volume):
         fh.truncate(path.stat().st_size - volume[-1].nbytes // 2)
     with pytest.raises(Exception, match="ends inside its pixels"):
         vol.read([(0, 5), (0, 40), (0, 33)])
+
+
+ALLOCATION_PROBE = """
+import ctypes, sys
+from zarrmill.runtime import malloc
+malloc.return_freed_memory()
+malloc.use_profile(sys.argv[1])
+
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+before = libc.mallinfo2().hblks
+buffers = [bytearray(4 << 20) for _ in range(8)]  # 4 MiB each: above 1 MiB, below 16 MiB
+print(libc.mallinfo2().hblks - before)  # buffers that got a mapping of their own
+"""
+
+
+@pytest.mark.parametrize("profile, user, fresh_mappings", [("steady", None, True), ("speed", None, False),
+                                                          ("speed", "1048576", True)])
+def test_the_allocator_profile_decides_where_mid_size_buffers_come_from(profile, user, fresh_mappings):
+    """``steady``: 4 MiB buffers are mappings of their own (given back on free); ``speed``: they come
+    from the heap (reused); a user's MALLOC_MMAP_THRESHOLD_ wins over the profile."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "ZARRMILL_MALLOC_DEFAULTS"}
+    if user:
+        env["MALLOC_MMAP_THRESHOLD_"] = user
+    out = subprocess.run([sys.executable, "-c", ALLOCATION_PROBE, profile], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert (int(out) >= 8) == fresh_mappings, out
+
+
+def test_volume_units_ask_for_the_speed_profile(tmp_path, volume):
+    from zarrmill.io.storage.guard import open_guard
+    from zarrmill.runtime.contract import PlanContext
+    from zarrmill.runtime.registry import get_task
+
+    tifffile.imwrite(tmp_path / "v.tif", volume, imagej=True, metadata={"axes": "ZYX"})
+    task = get_task("ingest")
+    params = task.params_model(input=str(tmp_path / "v.tif"), output=str(tmp_path / "v.zarr"), pyramid=True)
+    guard = open_guard(params.ledger_root(), params.input_paths())
+    guard.claim("ingest")
+    units = task.plan(params, PlanContext(step="ingest", resume=False, overwrite=False, guard=guard))
+    regions = [u for u in units if "region" in u and "src" not in u]
+    assert regions and all(u["allocator"] == "speed" for u in regions)
+    guard.rollback()
