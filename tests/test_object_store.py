@@ -76,6 +76,9 @@ def test_ingest_to_s3_writes_the_objects_it_writes_to_disk(cli, tmp_path, bucket
     # bookkeeping beside the store, not in it
     assert not any(".zarrmill" in k for k in remote)
     assert any(k.endswith("owner.json") for k in s3env.objects(f"{bucket}/plates/.p.ome.zarr.zarrmill"))
+    # nothing above it: zarr-python's parent groups (a zarr.json at the bucket's root) are not written
+    outside = [k for k in s3env.objects(bucket) if not k.startswith(("plates/p.ome.zarr/", "plates/.p.ome.zarr.zarrmill/"))]
+    assert not outside, outside
 
 
 def test_pyramid_in_place_on_s3_matches_disk_and_readers_open_it(cli, tmp_path, bucket, s3env):
@@ -323,6 +326,10 @@ def test_generate_rechunk_labels_and_patches_on_s3_write_what_they_write_to_disk
         assert remote == local, name
         code, out, err = cli("check", f"s3://{bucket}/d/{name}")
         assert code == 0, out + err
+    outside = [k for k in s3env.objects(bucket) if not k.startswith(
+        tuple(f"d/{n}/" for n in ("img.zarr", "re.zarr", "patches.zarr", ".img.zarr.zarrmill", ".re.zarr.zarrmill",
+                                  ".patches.zarr.zarrmill")))]
+    assert not outside, f"written outside the outputs: {outside}"
     # from the bucket to disk
     code, _, err = task(cli, "rechunk", f"input=s3://{bucket}/d/img.zarr", f"output={tmp_path / 'back.zarr'}",
                         "chunks=[1,4,16,16]")

@@ -198,7 +198,13 @@ def zarr_url(path: Any) -> Any:
 
     scheme, rest = str(path).split("://", 1)
     bucket, _, prefix = rest.partition("/")
-    return zarr.storage.StorePath(_zarr_store(scheme, bucket), prefix.strip("/"))
+    store = _zarr_store(scheme, bucket)
+    if scheme in ("http", "https"):  # read only: nothing is created there
+        return zarr.storage.StorePath(store, prefix.strip("/"))
+    from .prefixed_store import PrefixedStore
+
+    # rooted at the node, as on disk: zarr creates no parent above it (prefixed_store.py)
+    return zarr.storage.StorePath(PrefixedStore(store, prefix), "")
 
 
 def _zarr_store(scheme: str, bucket: str) -> Any:
