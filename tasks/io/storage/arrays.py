@@ -79,7 +79,7 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
     if any(part in ("..", "") for part in name.split("/")) and name:
         raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
     path = guard.contain(as_location(root) / name if name else as_location(root), what="array path")
-    there = _node_there(path)
+    there = not (is_remote(path) and guard.known_absent(path)) and _node_there(path)
     if there:
         if ctx.resume and _exists(path) and _matches(zarr.open_array(zarr_url(path), mode="r"), spec):
             return zarr.open_array(zarr_url(path), mode="r+")
@@ -251,7 +251,8 @@ def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) 
     output guard first."""
     guard = ctx.guard if ctx is not None and ctx.guard is not None else None
     if guard is not None:
-        guard.will_create(guard.contain(path, what="group path"))
+        path = guard.contain(path, what="group path")
+        guard.will_create(path, absent=True if is_remote(path) and guard.known_absent(path) else None)
     return zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
 
 

@@ -46,6 +46,7 @@ class OutputGuard:
         self.root = self.place.root
         self.in_place = in_place
         self._made: list[Any] = []  # created by this run, newest last (rollback order)
+        self._fresh = False  # the root held no data when this run checked it (known_absent)
         self.ownership = Ownership(self.root, self.place.meta, self.place.store)
 
     # -- checks (read only) --------------------------------------------------------------------
@@ -62,8 +63,10 @@ class OutputGuard:
                 raise UnsafeOutputError(f"{self.root}: the output lies inside the input {inp}; choose a {what} outside it")
             if input_in_out:
                 raise UnsafeOutputError(f"{self.root}: the output contains the input {inp}; choose a {what} beside it")
-        if not self.in_place and self.has_content() and not self.owned():
+        content = not self.in_place and self.has_content()
+        if content and not self.owned():
             raise UnsafeOutputError(f"{self.root}: {self.place.FOREIGN}")
+        self._fresh = not self.in_place and not content
 
     @property
     def bookkeeping(self) -> Any:
@@ -113,6 +116,15 @@ class OutputGuard:
             self.ownership.claim(step)
         finally:
             self._made += new  # a failed plan leaves no marker and no claim it made
+
+    def known_absent(self, path: Any) -> bool:
+        """Nothing is at ``path`` and no request is needed to know it: the root held no data when
+        this run checked it, the run holds the output's lock, and it has not created ``path`` or
+        anything under it. (A bucket then asks nothing before creating a node.)"""
+        if not self._fresh:
+            return False
+        text = str(path).rstrip("/")
+        return not any(str(m).rstrip("/") == text or str(m).startswith(text + "/") for m in self._made)
 
     def make_dirs(self, path: Any) -> None:
         """mkdir -p (nothing in a bucket), remembering what it created (for rollback)."""
