@@ -135,7 +135,7 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     shards = (1,) * (len(shape) - 2) + (math.ceil(shape[-2] / cy) * cy, math.ceil(shape[-1] / cx) * cx)
     if zf != 3 or shards == chunks:
         shards = None
-    return ArraySpec(shape, acq.dtype, chunks, shards, p.codec, zf, tuple(field_axes(acq)))
+    return ArraySpec(shape, acq.dtype, chunks, shards, p.chosen_codec(), zf, tuple(field_axes(acq)))
 
 
 # -- plan / run / finish ---------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
     chunks = tuple(1 if a in "tc" else (min(s, 64) if a == "z" else min(s, 256)) for a, s in zip(axes, shape))
     if "z" not in axes:
         chunks = tuple(min(s, 1024) if a in "yx" else c for a, s, c in zip(axes, shape, chunks))
-    return ArraySpec(shape, dtype, chunks, None, p.codec, NGFF_FORMATS[p.ngff_version], tuple(axes)), sizes, axes
+    return ArraySpec(shape, dtype, chunks, None, p.chosen_codec(), NGFF_FORMATS[p.ngff_version], tuple(axes)), sizes, axes
 
 
 def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
@@ -299,7 +299,7 @@ def _pyramid_params(p: Params) -> pyramid.Params:
     their chunks grow to at least level 0's, so each level is a few files, and a level's chunk
     needs a small level-0 region, so most levels are built in memory."""
     return pyramid.Params(input=str(p.output_path()), method="mean", z_factor="auto", min_size=p.min_size,
-                          shard_mb=None, codec=p.codec)
+                          shard_mb=None, codec=p.chosen_codec())
 
 
 def _image_meta(p: Params, axes: str, sizes: dict[str, float]) -> ImageMeta:

@@ -43,7 +43,7 @@ def reshard_params(p: Params) -> reshard.Params:
     """The reshard settings an ingest ``layout: well`` stands for (same names, same meaning)."""
     return reshard.Params(input=p.input, output=p.output, image_name=p.image_name, overlap=p.overlap,
                           chunk_yx=p.chunk_yx, shard_mb=p.shard_mb, min_size=p.min_size, overview=p.overview,
-                          overview_size=p.overview_size, codec=p.codec, volume_mb=p.volume_mb)
+                          overview_size=p.overview_size, codec=p.chosen_codec(), volume_mb=p.volume_mb)
 
 
 def acquisition_wells(p: Params, acq: Acquisition, missing: set[str] | None = None
