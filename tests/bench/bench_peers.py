@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--faim-python", default=str(REPO / ".venv-faim" / "bin" / "python"))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--variants", action="store_true",
-                    help="also zarrmill with zstd level 1 + byte shuffle, and with --executor sync")
+                    help="also zarrmill with the old default codec (LZ4 5 + bitshuffle), and with --executor sync")
     ap.add_argument("--workdir", default=None, help="where to write (default: a temporary folder)")
     a = ap.parse_args()
     sizes = [int(n) for n in a.wells.split(",")]
@@ -149,9 +149,9 @@ def compare(a: argparse.Namespace, work: Path, n_wells: int, two_pass: bool) -> 
             "--set", "layout=well"),
     }
     if a.variants:
-        tools["zarrmill layout well, codec zstd 1 + shuffle"] = lambda out: zarrmill(
+        tools["zarrmill layout well, codec LZ4 5 + bitshuffle (the old default)"] = lambda out: zarrmill(
             "task", "ingest", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}", "--set", "layout=well",
-            "--set", "codec.cname=zstd", "--set", "codec.clevel=1", "--set", "codec.shuffle=shuffle")
+            "--set", "codec.cname=lz4", "--set", "codec.clevel=5", "--set", "codec.shuffle=bitshuffle")
         tools["zarrmill layout well, --executor sync"] = lambda out: zarrmill(
             "task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set", f"output={out / 'plate.zarr'}",
             "--set", "layout=well")
