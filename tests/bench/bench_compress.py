@@ -170,7 +170,11 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--nnunet", action="store_true", help="only nnU-Net's own folders vs zarrmill's rewrite")
+    ap.add_argument("--patches", default=";".join(",".join(map(str, p)) for p in PATCHES),
+                    help="patch shapes, z,y,x separated by ';' (default: 128,128,128;20,50,50)")
+    ap.add_argument("--data", default="all", choices=["all", "microscopy", "ct"], help="which data sets")
     args = ap.parse_args()
+    patches = [tuple(int(n) for n in p.split(",")) for p in args.patches.split(";")]
     work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-compress-"))
     if args.nnunet:
         nnunet_comparison(work, args.seconds, args.scale)
@@ -181,7 +185,9 @@ def main() -> None:
     print(f"data: {total / 1e9:.2f} GB in {sum(len(list(d.glob('*.npy'))) for d in data.values())} cases")
     rows = []
     for dname, folder in data.items():
-        for patch in PATCHES:
+        if args.data != "all" and not dname.lower().startswith(args.data):
+            continue
+        for patch in patches:
             files = {"npy memmap": (sorted(str(f) for f in folder.glob("*.npy")), float("nan"), 1.0)}
             for method, extra in METHODS.items():
                 dst = work / f"out-{method.split()[0]}"
