@@ -36,14 +36,18 @@ WHEELS = {  # package==version: members to take out of its wheel
     "stardist==0.9.2": ["stardist/data/images/img2d.tif", "stardist/data/images/img3d.tif"],
     "mahotas==1.4.19": ["mahotas/demos/data/nuclear.png"],
 }
-CODECS = [  # (cname, clevel, shuffle); the first is today's default
-    ("lz4", 5, "bitshuffle"),
-    ("lz4", 5, "shuffle"),
-    ("zstd", 1, "shuffle"),
-    ("zstd", 1, "bitshuffle"),
-    ("zstd", 3, "shuffle"),
-    ("zstd", 3, "bitshuffle"),
-    ("zstd", 5, "bitshuffle"),
+CODECS = [  # (cname, clevel, shuffle, Blosc block bytes or 0: Blosc's own); the first is the volume default
+    ("lz4", 5, "bitshuffle", 0),
+    ("lz4", 5, "shuffle", 0),
+    ("lz4hc", 3, "bitshuffle", 0),
+    ("zstd", 1, "shuffle", 0),
+    ("zstd", 1, "shuffle", 1 << 20),  # the plate default (ingest_params.PLATE_CODEC)
+    ("zstd", 1, "bitshuffle", 0),
+    ("zstd", 1, "bitshuffle", 1 << 20),
+    ("zstd", 3, "shuffle", 0),
+    ("zstd", 3, "shuffle", 1 << 20),
+    ("zstd", 3, "bitshuffle", 0),
+    ("zstd", 5, "bitshuffle", 0),
 ]
 
 
@@ -135,9 +139,9 @@ def main() -> None:
         rows, totals = [], {}
         for name, imgs in sets.items():
             shape = "x".join(map(str, imgs[0].shape))
-            for cname, clevel, shuffle in CODECS:
-                raw, packed, c_mbs, d_mbs = measure(Blosc(cname, clevel, mode[shuffle]), imgs)
-                label = f"{cname}-{clevel} {shuffle}"
+            for cname, clevel, shuffle, blocksize in CODECS:
+                raw, packed, c_mbs, d_mbs = measure(Blosc(cname, clevel, mode[shuffle], blocksize=blocksize), imgs)
+                label = f"{cname}-{clevel} {shuffle}" + (f" {blocksize >> 10} KiB blocks" if blocksize else "")
                 rows.append((f"{name} ({len(imgs)} x {shape} {imgs[0].dtype})", label, f"{raw / packed:.2f}",
                              f"{c_mbs:.0f}", f"{d_mbs:.0f}"))
                 if name in real:
@@ -145,10 +149,10 @@ def main() -> None:
                     totals[label] = (r + raw, p + packed, c + raw / c_mbs, d + raw / d_mbs)
         print(table(rows, ("images", "codec", "ratio", "compress MB/s", "decompress MB/s")))
         print("\nall real images together:")
-        base = totals[f"{CODECS[0][0]}-{CODECS[0][1]} {CODECS[0][2]}"]
+        base = totals[f"{CODECS[0][0]}-{CODECS[0][1]} {CODECS[0][2]}"]  # bytes relative to LZ4 5 + bitshuffle
         print(table([(label, f"{r / p:.2f}", f"{p / base[1]:.2f}x", f"{r / c:.0f}", f"{r / d:.0f}")
                      for label, (r, p, c, d) in totals.items()],
-                    ("codec", "ratio", "bytes vs default", "compress MB/s", "decompress MB/s")))
+                    ("codec", "ratio", "bytes vs LZ4 5 bitshuffle", "compress MB/s", "decompress MB/s")))
 
 
 if __name__ == "__main__":
