@@ -175,7 +175,7 @@ def main() -> None:
     ap.add_argument("--data", default="all", choices=["all", "microscopy", "ct"], help="which data sets")
     args = ap.parse_args()
     patches = [tuple(int(n) for n in p.split(",")) for p in args.patches.split(";")]
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-compress-"))
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-compress-", dir=args.workdir))  # its own folder: a given --workdir is kept
     if args.nnunet:
         nnunet_comparison(work, args.seconds, args.scale)
         shutil.rmtree(work, ignore_errors=True)

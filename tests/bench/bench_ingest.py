@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--shape", default="1080,1280")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-ingest-"))
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-ingest-", dir=args.workdir))  # its own folder: a given --workdir is kept
     raw = work / "raw"
     wells = [f"{'BCDEFG'[i % 6]}{3 + i // 6:02d}" for i in range(args.wells)]
     run_measured(zarrmill("task", "generate-plate", "--set", f"output={raw}", "--set", f"wells={wells}",

@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     shape = tuple(int(s) for s in args.shape.split(","))
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-patches-"))
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-patches-", dir=args.workdir))  # its own folder: a given --workdir is kept
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for chunks in ((32, 256, 256), (1, shape[1], shape[2])):

@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--volume", default="256,1024,1024", help="3D shape z,y,x (uint16)")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-pyramid-"))
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-pyramid-", dir=args.workdir))  # its own folder: a given --workdir is kept
     work.mkdir(parents=True, exist_ok=True)
     rows: list[tuple] = []
     for side in [int(s) for s in args.sizes.split(",") if s]:

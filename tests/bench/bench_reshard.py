@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--plate-wells", type=int, default=96)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="zm-bench-reshard-"))
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-reshard-", dir=args.workdir))  # its own folder: a given --workdir is kept
     grid = tuple(int(x) for x in args.grid.split(","))
     shape = tuple(int(x) for x in args.shape.split(","))
     rows = bench_well(work, grid, shape, args.channels)
