@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -118,6 +119,7 @@ def main() -> None:
                            "PUT floor/zarrmill", "(disk + PUT floor)/bucket")))
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
