@@ -8,17 +8,13 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from .errors import ConfigError, InputNotFoundError
-from .io.storage.arrays import Codec
+from .io.storage.arrays import PLATE_CODEC, VOLUME_CODEC, Codec
 from .io.readers.registry import PLATE_READERS, detect
 from .io.ngff.metadata import NgffVersion
 from .io.ngff.placement import Policy
 from .reshard import ImageName
 from .runtime.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, PositiveFloat, PositiveInt,
                                TaskParams)
-
-
-PLATE_CODEC = Codec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=1 << 20)
-VOLUME_CODEC = Codec(cname="lz4", clevel=5, shuffle="bitshuffle")
 
 
 class Params(TaskParams):
@@ -101,7 +97,7 @@ class Params(TaskParams):
         away (LZ4 5 + bitshuffle: 0.5-0.8 s faster on the 537 MB volume). README, Performance."""
         if self.codec is not None:
             return self.codec
-        return VOLUME_CODEC if self.resolved_format() == "image" else PLATE_CODEC
+        return (VOLUME_CODEC if self.resolved_format() == "image" else PLATE_CODEC).model_copy()
 
     def resolved_format(self) -> str:
         if self.format != "auto":

@@ -29,7 +29,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
 from .errors import InputError
-from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
+from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key, zarr_url
@@ -71,8 +71,7 @@ class Params(TaskParams):
     min_size: int = Field(256, ge=1, le=MAX_INDEX, description="pyramid: stop once a level's largest side is at most this")
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
     overview_size: int = Field(256, ge=16, le=65_536, description="overview: about this many pixels per well side")
-    # zstd 1 + byte shuffle: the plate default of ingest (ingest_params.PLATE_CODEC, README: codec)
-    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=1 << 20))
+    codec: Codec = Field(default_factory=lambda: PLATE_CODEC.model_copy())  # as ingest's for plates
     unit_mb: float = Field(32.0, gt=0, le=MAX_MB)
     volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="a well's (t, c) volume up to this size is composed whole "
                              "in one unit and its pyramid built in memory (each byte written once, nothing read "
