@@ -328,7 +328,7 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
                       "levels": levels, "memory": holds(reg, itemsize)}
         if fov_planes is None:  # a volume's regions: a few large buffers, reused (runtime/malloc.py)
             unit["allocator"] = "speed"
-        if fov_planes is not None:
+        else:
             unit.update(field=image, missing_ok=p.missing == "zeros",
                         planes=[[pl.t, pl.c, pl.z, pl.path] for pl in fov_planes if _inside(reg, pl, meta)])
         units.append(unit)

@@ -77,11 +77,11 @@ def cmd_task(args: argparse.Namespace) -> int:
 
 
 def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc: Located | None = None) -> None:
+    """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
     from .runner import run_workflow
     from .workflow import Workflow, build_workflow
     from .yamlpos import Located
 
-    """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
     doc = doc or Located({}, "command line", {})
     located = Located({"name": name, "executor": {"kind": executor},
                        "steps": {name: {"task": name, "params": params}}},
@@ -145,10 +145,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 @command("submit")
 def cmd_submit(args: argparse.Namespace) -> int:
+    from .schedulers import BATCH_KINDS, scheduler
     from .submit import submit_workflow
     from .workflow import load_workflow
-
-    from .schedulers import BATCH_KINDS, scheduler
 
     wf = load_workflow(args.workflow, args.set)  # validate before anything is queued
     kind = args.scheduler or (wf.executor.kind if wf.executor.kind in BATCH_KINDS else "slurm")
@@ -167,12 +166,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 @command("runs")
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .workflow import load_workflow
-
     import time
 
     from .history import History
     from .scheduler import state_dir
+    from .workflow import load_workflow
 
     if args.prune:
         from .rundirs import prune, runs_root
@@ -219,9 +217,8 @@ def provenance_lines(prov: dict) -> list[str]:
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
     from ..io.storage.location import as_location, check_url
-    from .provenance import read_provenance
-
     from .check import check_output
+    from .provenance import read_provenance
 
     check_url(args.store, write=False, what="store")
     if str(args.store).startswith(("http://", "https://")):

@@ -25,7 +25,7 @@ from .ledger import StepRecord, open_ledger
 from .resume import prepare_output, remove_partial_files, same_step, step_record
 from .locks import Lease, Locked, open_lock
 from .progress import Progress
-from .unit_runners import execute_unit, runner_for  # noqa: F401 - execute_unit: workers import it from here too
+from .unit_runners import runner_for
 
 log = logging.getLogger("zarrmill")
 MAX_FAILURES_SHOWN = 5

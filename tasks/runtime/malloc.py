@@ -8,9 +8,8 @@ planes so creeps upward: on a 48-well plate ``ingest layout: well`` peaked at 10
 threshold at 648 MB, in the same time (README, Performance). Fixing the thresholds turns that
 adjustment off, so a worker's memory is what its units declare (runtime/budget.py) and not
 what the allocator happened to keep. The price is a fresh mapping, page faults included, for every
-buffer of 1 MiB or more: a single 512 MB volume with its pyramid takes 5.2 s instead of 3.4 s
-(457 instead of 725 MB); ``MALLOC_MMAP_THRESHOLD_=16777216`` in the environment chooses speed. Worker processes (dask's, SLURM jobs) inherit the environment variables and apply
-them when they start; this process applies them through ``mallopt``.
+buffer of 1 MiB or more. Worker processes (dask's, SLURM jobs) inherit the environment variables
+and apply them when they start; this process applies them through ``mallopt``.
 
 The threshold is chosen per job shape (``use_profile``, called for every unit): a unit that says
 ``"allocator": "speed"`` (a volume's regions: the same few large buffers again and again, which
@@ -24,6 +23,8 @@ import ctypes.util
 import logging
 import os
 import sys
+from functools import lru_cache
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,8 @@ def return_freed_memory() -> None:
         os.environ[OURS] = "1"
     for name, value in DEFAULTS.items():
         os.environ.setdefault(name, str(value))
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = _mallopt()
+    if mallopt is None:
         return
     for param, name in ((M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"), (M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):
         try:
@@ -66,11 +63,19 @@ def return_freed_memory() -> None:
 def use_profile(name: str) -> None:
     """The mmap threshold for the unit about to run (``PROFILES``), unless the user set one."""
     global _profile
-    if name == _profile or os.environ.get(OURS) != "1" or not sys.platform.startswith("linux"):
+    mallopt = _mallopt()
+    if name == _profile or os.environ.get(OURS) != "1" or mallopt is None:
         return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, PROFILES[name])
-    except (OSError, AttributeError):  # not glibc
-        return
+    mallopt(M_MMAP_THRESHOLD, PROFILES[name])
     _profile = name
+
+
+@lru_cache(maxsize=1)
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt``; None elsewhere (macOS, musl), where there is nothing to set."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None

@@ -4,7 +4,6 @@ Each runner yields ``(unit, bytes written, error or None)`` as units finish; the
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,22 +40,27 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
         ) from err
 
 
+def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: int) -> int:
+    """``execute_unit``, tried ``retries`` more times after a failure; the last failure is raised."""
+    for attempt in range(retries):
+        try:
+            return execute_unit(task_name, params_json, unit)
+        except UnitError:
+            log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
+    return execute_unit(task_name, params_json, unit)
+
+
 def run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: Any
-                ) -> Iterator[tuple[Unit, int, str | None]]:
+               ) -> Iterator[tuple[Unit, int, str | None]]:
     p_json = params.model_dump_json()
     for unit in todo:
-        error = None
-        for attempt in range(opts.retries + 1):
-            try:
-                yield unit, execute_unit(task.name, p_json, unit), None
-                break
-            except UnitError as err:
-                error = str(err)
-                log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
-                if attempt == opts.retries:
-                    log_failure(opts, unit, err)
-        else:
-            yield unit, 0, error
+        try:
+            nbytes = execute_with_retries(task.name, p_json, unit, opts.retries)
+        except UnitError as err:
+            log_failure(opts, unit, err)
+            yield unit, 0, str(err)
+            continue
+        yield unit, nbytes, None
 
 
 def run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: Any
@@ -158,7 +162,6 @@ def _take(it: Iterator[Any], n: int) -> list[Any]:
     return out
 
 
-
 @dataclass
 class InProcessPool:
     """Threads in this process, started per step (no dask scheduler, no worker processes, no
@@ -177,19 +180,8 @@ def run_in_threads(task: Task, params: TaskParams, todo: list[Unit], pool: InPro
                    ) -> Iterator[tuple[Unit, int, str | None]]:
     p_json = params.model_dump_json()
     pending = iter(todo)
-    held = 0  # declared bytes of the units running now
+    held = 0  # declared bytes of the units running now (changed only here, in the driver's thread)
     running: dict[Future, tuple[Unit, int]] = {}
-    lock = threading.Lock()
-
-    def attempt(unit: Unit) -> int:
-        for n in range(opts.retries + 1):
-            try:
-                return execute_unit(task.name, p_json, unit)
-            except UnitError:
-                if n == opts.retries:
-                    raise
-                log.debug("unit %s attempt %d failed", unit["id"], n, exc_info=True)
-        raise AssertionError("unreachable")
 
     def fits(need: int) -> bool:
         return not running or pool.budget is None or held + need <= pool.budget
@@ -203,12 +195,12 @@ def run_in_threads(task: Task, params: TaskParams, todo: list[Unit], pool: InPro
                     waiting = None
                     if unit is None:
                         break
-                    if not fits(unit_memory(unit)):
+                    need = unit_memory(unit)
+                    if not fits(need):
                         waiting = unit  # the next unit waits for memory: order is kept
                         break
-                    with lock:
-                        held += unit_memory(unit)
-                    running[threads.submit(attempt, unit)] = (unit, unit_memory(unit))
+                    held += need
+                    running[threads.submit(execute_with_retries, task.name, p_json, unit, opts.retries)] = (unit, need)
                 if not running:
                     return
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -220,7 +212,7 @@ def run_in_threads(task: Task, params: TaskParams, todo: list[Unit], pool: InPro
                         yield unit, int(fut.result()), None
                     else:
                         log_failure(opts, unit, err)
-                        yield unit, 0, str(err) if isinstance(err, ZarrmillError) else _describe_future_error(task, unit, err)
+                        yield unit, 0, _describe_future_error(task, unit, err)
         finally:  # stopped early (a lost lock, an interrupt): units not yet started never start
             for fut in running:
                 fut.cancel()

@@ -2,6 +2,7 @@
 physical pixel sizes it declares: TIFF / OME-TIFF (tifffile) and .npy (memory-mapped)."""
 from __future__ import annotations
 
+import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -129,6 +130,7 @@ class RawPixels:
     def __init__(self, path: Path, offset: int, shape: tuple[int, ...], dtype: np.dtype):
         self.path, self.offset, self.shape, self.dtype = path, offset, shape, dtype
         self.ndim = len(shape)
+        self.strides = [math.prod(shape[i + 1:]) * dtype.itemsize for i in range(self.ndim)]  # bytes, C order
 
     def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
         ranges = [k.indices(n)[:2] for k, n in zip(key, self.shape)]
@@ -156,11 +158,10 @@ class RawPixels:
         k = self.ndim - 1
         while k > 0 and ranges[k] == (0, self.shape[k]):
             k -= 1
-        strides = [int(np.prod(self.shape[i + 1:], dtype=np.int64)) * self.dtype.itemsize for i in range(self.ndim)]
         run = out[(0,) * k].nbytes if k else out.nbytes
         flat = out.reshape(-1).view(np.uint8)
         for n, outer in enumerate(np.ndindex(*out.shape[:k])):
-            at = self.offset + sum((a + i) * st for i, (a, _), st in zip(outer + (0,), ranges, strides))
+            at = self.offset + sum((a + i) * st for i, (a, _), st in zip(outer + (0,), ranges, self.strides))
             if os.preadv(fh.fileno(), [memoryview(flat[n * run:(n + 1) * run])], at) != run:
                 raise InputError(f"{self.path}: the file ends inside its pixels (truncated TIFF)")
         return out

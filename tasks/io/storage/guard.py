@@ -47,6 +47,8 @@ class OutputGuard:
         self.in_place = in_place
         self._made: list[Any] = []  # created by this run, newest last (rollback order)
         self._fresh = False  # the root held no data when this run checked it (known_absent)
+        # every node this run created and its ancestors, kept through commit (known_absent)
+        self._made_or_above: set[str] = set()
         self.ownership = Ownership(self.root, self.place.meta, self.place.store)
 
     # -- checks (read only) --------------------------------------------------------------------
@@ -102,7 +104,7 @@ class OutputGuard:
         """Create the root (and missing parents, remembered for rollback) and, for a new or empty
         root, write the owner marker and the store's claim before anything else is created in it."""
         self.check()
-        self._made += self.place.prepare()  # remembered: a failed plan on someone else's store removes it again
+        self._remember(self.place.prepare())  # remembered: a failed plan on someone else's store removes it again
         if self.in_place or self.owned():
             return
         meta = self.place.meta
@@ -115,20 +117,27 @@ class OutputGuard:
         try:
             self.ownership.claim(step)
         finally:
-            self._made += new  # a failed plan leaves no marker and no claim it made
+            self._remember(new)  # a failed plan leaves no marker and no claim it made
 
     def known_absent(self, path: Any) -> bool:
         """Nothing is at ``path`` and no request is needed to know it: the root held no data when
         this run checked it, the run holds the output's lock, and it has not created ``path`` or
         anything under it. (A bucket then asks nothing before creating a node.)"""
-        if not self._fresh:
-            return False
-        text = str(path).rstrip("/")
-        return not any(str(m).rstrip("/") == text or str(m).startswith(text + "/") for m in self._made)
+        return self._fresh and str(path).rstrip("/") not in self._made_or_above
+
+    def _remember(self, paths: Iterable[Any]) -> None:
+        """Created by this run: for rollback (``_made``) and for ``known_absent`` (each node with its
+        ancestors, up to the first one already known: a set lookup per node, not a scan)."""
+        for made in paths:
+            self._made.append(made)
+            text = str(made).rstrip("/")
+            while text and text not in self._made_or_above:
+                self._made_or_above.add(text)
+                text = text.rpartition("/")[0]
 
     def make_dirs(self, path: Any) -> None:
         """mkdir -p (nothing in a bucket), remembering what it created (for rollback)."""
-        self._made += self.place.make_dirs(path)
+        self._remember(self.place.make_dirs(path))
 
     def contain(self, path: Any, what: str = "path") -> Any:
         """``path`` if it lies inside the root once normalised (and, on disk, resolved); '..' out of
@@ -146,7 +155,7 @@ class OutputGuard:
             if not self.owned():
                 self.make_dirs(self.bookkeeping)
                 self.ownership.record_created(self.place.rel(inner))
-            self._made.append(inner)
+            self._remember([inner])
         return inner
 
     # -- replacing and deleting ----------------------------------------------------------------
