@@ -5,26 +5,15 @@ Readers (CellVoyager, filename patterns) produce it; ``ingest`` consumes it."""
 from __future__ import annotations
 
 import string
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+import numpy as np
 
-@dataclass(frozen=True, slots=True)  # a full plate has millions: no per-instance dict
-class Plane:
-    row: int  # 1-based plate row
-    col: int  # 1-based plate column
-    field: int  # 1-based field index within the well
-    t: int  # 0-based
-    c: int  # 0-based channel index
-    z: int  # 0-based
-    path: str  # file holding this plane (absolute)
-    x_um: float  # stage position of the field's top-left corner, image x axis
-    y_um: float  # same, image y axis (already flipped to image orientation)
-    z_um: float = 0.0
-    time: str | None = None  # acquisition time, ISO 8601 UTC
-    well_name: str | None = None  # the instrument's own well name (e.g. 'B03.a1')
+from .plane_table import FieldPlanes, Plane, PlaneTable
+
+__all__ = ["Acquisition", "Channel", "FieldPlanes", "Plane", "PlaneTable", "row_name", "col_name", "row_index"]
 
 
 @dataclass
@@ -37,8 +26,12 @@ class Channel:
 
 @dataclass
 class Acquisition:
+    """``planes`` is given as ``Plane`` objects or a ``PlaneTable`` and kept as the table
+    (``table``, sorted in plate order); ``planes`` is then a view making ``Plane`` objects on
+    demand, for small callers. Plate-wide questions are answered from the columns."""
+
     name: str
-    planes: list[Plane]
+    planes: Sequence[Plane] | PlaneTable
     channels: list[Channel]
     pixel_size_yx: tuple[float, float]
     z_step: float
@@ -53,8 +46,21 @@ class Acquisition:
     acquisition_id: int = 0  # the NGFF plate acquisition its wells belong to (``parts``)
     acquisition_name: str = ""
     time_axis: bool = False  # a t axis even at one time point: another part of the plate has several
+    table: PlaneTable = field(init=False, repr=False, compare=False)
     _summary: tuple | None = field(default=None, init=False, repr=False, compare=False)
-    _parts: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _parts: list | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = self.planes
+        if isinstance(given, FieldPlanes):
+            table = given.table if (given.start, given.stop) == (0, len(given.table)) else \
+                given.table.take(slice(given.start, given.stop))
+        elif isinstance(given, PlaneTable):
+            table = given.sorted()
+        else:
+            table = PlaneTable.from_planes(list(given))
+        self.table = table
+        self.planes = FieldPlanes(table, 0, len(table))
 
     def row_label(self, row: int) -> str:
         """The plate row's name in the output (NGFF row path)."""
@@ -68,27 +74,29 @@ class Acquisition:
             return f"{(col - 1) // 4 + 1:02d}{(col - 1) % 4 + 1}"
         return col_name(col, self.n_cols)
 
-    def _summarise(self) -> tuple[int, int, Mapping[tuple[int, int], tuple[int, ...]]]:
-        """n_t, n_z and the wells, walked once per planes list: a full plate has millions of planes
-        and every well asks (asking per well made planning quadratic in the plate's size)."""
-        key = (id(self.planes), len(self.planes))
-        if self._summary is None or self._summary[0] != key:
-            n_t = n_z = 0
-            wells: dict[tuple[int, int], set[int]] = defaultdict(set)
-            for p in self.planes:
-                n_t, n_z = max(n_t, p.t), max(n_z, p.z)
-                wells[(p.row, p.col)].add(p.field)
-            self._summary = (key, (n_t + 1, n_z + 1,
-                                   MappingProxyType({k: tuple(sorted(v)) for k, v in sorted(wells.items())})))
-        return self._summary[1]
+    def _summarise(self) -> tuple:
+        """n_t, n_z, the wells and the fields, from the columns once per table."""
+        if self._summary is None or self._summary[0] is not self.table:
+            tb = self.table
+            n_t = int(tb.t.max()) + 1 if len(tb) else 1
+            n_z = int(tb.z.max()) + 1 if len(tb) else 1
+            bounds = tb.boundaries("row", "col", "field")
+            starts = bounds[:-1]
+            keys = zip(tb.row[starts].tolist(), tb.col[starts].tolist(), tb.field[starts].tolist())
+            fields = {key: FieldPlanes(tb, a, b) for key, a, b in zip(keys, starts.tolist(), bounds[1:].tolist())}
+            wells: dict[tuple[int, int], list[int]] = {}
+            for row, col, fld in fields:
+                wells.setdefault((row, col), []).append(fld)
+            self._summary = (tb, n_t, n_z, MappingProxyType({k: tuple(v) for k, v in wells.items()}), fields)
+        return self._summary
 
     @property
     def n_t(self) -> int:
-        return self._summarise()[0]
+        return self._summarise()[1]
 
     @property
     def n_z(self) -> int:
-        return self._summarise()[1]
+        return self._summarise()[2]
 
     @property
     def has_t(self) -> bool:
@@ -100,23 +108,29 @@ class Acquisition:
     def n_c(self) -> int:
         return len(self.channels)
 
-    def fields(self) -> dict[tuple[int, int, int], list[Plane]]:
-        """(row, col, field) -> its planes, in plate order."""
-        out: dict[tuple[int, int, int], list[Plane]] = defaultdict(list)
-        for p in sorted(self.planes, key=lambda p: (p.row, p.col, p.field, p.t, p.c, p.z)):
-            out[(p.row, p.col, p.field)].append(p)
-        return dict(out)
+    def fields(self) -> dict[tuple[int, int, int], FieldPlanes]:
+        """(row, col, field) -> its planes, in plate order (a view per field, no object per plane)."""
+        return dict(self._summarise()[4])
 
     def wells(self) -> Mapping[tuple[int, int], tuple[int, ...]]:
         """(row, col) -> field indices (read-only: shared by every caller)."""
-        return self._summarise()[2]
+        return self._summarise()[3]
+
+    def well_origins(self) -> dict[tuple[int, int], tuple[float, float]]:
+        """(row, col) -> (min y, min x) stage position over the well's fields."""
+        tb = self.table
+        bounds = tb.boundaries("row", "col")
+        if len(tb) == 0:
+            return {}
+        starts = bounds[:-1]
+        ys, xs = np.minimum.reduceat(tb.y_um, starts), np.minimum.reduceat(tb.x_um, starts)
+        return {(r, c): (y, x) for r, c, y, x in zip(tb.row[starts].tolist(), tb.col[starts].tolist(),
+                                                      ys.tolist(), xs.tolist())}
 
     def parts(self) -> list["Acquisition"]:
-        """``split_parts``, made once per planes list: plan and finish of both layouts each ask, and a
-        split copies every plane."""
-        key = (id(self.planes), len(self.planes))
-        if self._parts is None or self._parts[0] != key:
-            self._parts = (key, self.split_parts())
+        """``split_parts``, made once per table: plan and finish of both layouts each ask."""
+        if self._parts is None or self._parts[0] is not self.table:
+            self._parts = [self.table, self.split_parts()]
         return self._parts[1]
 
     def split_parts(self) -> list["Acquisition"]:
@@ -124,31 +138,27 @@ class Acquisition:
         channels and z planes form one part (an NGFF plate acquisition), indexed on their own, so a
         well carries only its own channels and time points and nothing is zero-filled that was
         never part of its acquisition. A plate imaged alike everywhere is one part: itself."""
-        seen: dict[tuple[int, int], tuple[set[int], set[int], set[int]]] = defaultdict(lambda: (set(), set(), set()))
-        for p in self.planes:
-            ts, cs, zs = seen[(p.row, p.col)]
-            ts.add(p.t), cs.add(p.c), zs.add(p.z)
-        groups: dict[tuple, set[tuple[int, int]]] = defaultdict(set)
-        for well, sets in sorted(seen.items()):
-            groups[tuple(tuple(sorted(s)) for s in sets)].add(well)
+        tb = self.table
+        bounds = tb.boundaries("row", "col")
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            key = tuple(tuple(np.unique(getattr(tb, n)[a:b]).tolist()) for n in ("t", "c", "z"))
+            groups.setdefault(key, []).append((a, b))
         if len(groups) <= 1:
             if not self.acquisition_name:
                 self.acquisition_name = self.name
             return [self]
-        by_well: dict[tuple[int, int], list[Plane]] = defaultdict(list)
-        for p in self.planes:
-            by_well[(p.row, p.col)].append(p)
         parts = []
-        for number, ((ts, cs, zs), wells) in enumerate(groups.items()):
-            t_of, c_of, z_of = ({v: i for i, v in enumerate(axis)} for axis in (ts, cs, zs))
-            planes = [replace(p, t=t_of[p.t], c=c_of[p.c], z=z_of[p.z]) for w in sorted(wells) for p in by_well[w]]
+        for number, ((ts, cs, zs), runs) in enumerate(groups.items()):
+            sub = tb.take(np.concatenate([np.arange(a, b) for a, b in runs]))
+            sub = sub.with_columns(**{n: np.searchsorted(np.array(v), getattr(sub, n))
+                                      for n, v in (("t", ts), ("c", cs), ("z", zs))})
             channels = [self.channels[c] for c in cs]
             described = ", ".join(ch.label for ch in channels) + (f"; {len(ts)} time points" if len(ts) > 1 else "")
-            parts.append(replace(self, planes=planes, channels=channels, unlisted=list(self.unlisted),
+            parts.append(replace(self, planes=sub, channels=channels, unlisted=list(self.unlisted),
                                  acquisition_id=number, acquisition_name=f"{self.name} ({described})",
                                  time_axis=self.n_t > 1))
         return parts
-
 
 def row_name(row: int) -> str:
     """1 -> A, 26 -> Z, 27 -> AA (1536-well plates have 32 rows: A..AF)."""

@@ -43,11 +43,7 @@ def field_path(row: int, col: int, fld: int, acq: Acquisition) -> str:
 
 def well_origins(acq: Acquisition) -> dict[tuple[int, int], tuple[float, float]]:
     """(row, col) -> (min y, min x) stage position over the well's fields."""
-    out: dict[tuple[int, int], tuple[float, float]] = {}
-    for p in acq.planes:
-        y, x = out.get((p.row, p.col), (math.inf, math.inf))
-        out[(p.row, p.col)] = (min(y, p.y_um), min(x, p.x_um))
-    return out
+    return acq.well_origins()
 
 
 def field_levels(acq: Acquisition, first: Plane, origin: tuple[float, float]) -> list[Level]:
