@@ -14,8 +14,8 @@ checks them the same way for every instrument:
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Hashable, Iterable
@@ -23,7 +23,7 @@ from typing import Callable, Hashable, Iterable
 import numpy as np
 
 from ...errors import InputError, warn
-from ..ngff.acquisition import Acquisition, Channel, Plane, row_name
+from ..ngff.acquisition import Acquisition, Channel, PlaneTable, row_name
 
 MAX_LISTED = 5
 # standard plate formats (rows, columns): the smallest that holds every well when none is recorded
@@ -97,21 +97,32 @@ def plate_shape_for(records: list[Record], source: object, given: tuple[int, int
     return shape
 
 
-def z_step_from_stage(records: list[Record], source: object) -> float:
+def z_step_from_stage(tb: PlaneTable, source: object) -> float:
     """The median step of each field's own stack (stage z by z index); 1.0 with a warning when no
-    field has two planes with stage z; the median, with a warning, when fields disagree."""
-    stacks: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for r in records:
-        if r.z_um is not None:
-            stacks[(r.row, r.col, r.field, r.t, r.channel)][r.z] = r.z_um
-    steps = [float(np.median(np.abs(np.diff([p[z] for z in sorted(p)])))) for p in stacks.values() if len(p) > 1]
-    n_z = len({r.z for r in records})
-    if not steps:
+    field has two planes with stage z; the median, with a warning, when fields disagree. Planes
+    without a stage z have NaN in ``tb.z_um``."""
+    has = ~np.isnan(tb.z_um)
+    n_z = len(np.unique(tb.z))
+    sub = tb.take(np.flatnonzero(has))
+    order = np.lexsort((sub.z, sub.c, sub.t, sub.field, sub.col, sub.row))
+    stack = np.zeros(len(order), np.int64)
+    if len(order):
+        same = np.ones(len(order) - 1, bool)
+        for name in ("row", "col", "field", "t", "c"):
+            a = getattr(sub, name)[order]
+            same &= a[1:] == a[:-1]
+        stack[1:] = np.cumsum(~same)
+        diffs = np.abs(np.diff(sub.z_um[order]))[same]
+        groups = stack[1:][same]
+    else:
+        diffs = groups = np.zeros(0)
+    steps = _group_medians(diffs, groups)
+    if not len(steps):
         if n_z > 1:
             warn(source, "no field has two z planes with stage z; z step assumed 1.0 micrometer")
         return 1.0
     steps.sort()
-    step = steps[len(steps) // 2]
+    step = float(steps[len(steps) // 2])
     if step <= 0:
         warn(source, "fields' stage z does not change between planes; z step assumed 1.0 micrometer")
         return 1.0
@@ -119,6 +130,17 @@ def z_step_from_stage(records: list[Record], source: object) -> float:
         warn(source, f"fields' z steps differ ({steps[0]:g}..{steps[-1]:g} micrometer); using the median {step:g}")
     return round(step, 6)
 
+
+def _group_medians(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The median of ``values`` within each group (``groups`` sorted), as np.median takes it."""
+    if not len(values):
+        return np.zeros(0)
+    order = np.lexsort((values, groups))
+    values, groups = values[order], groups[order]
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    counts = np.diff(np.r_[starts, len(values)])
+    low, high = starts + (counts - 1) // 2, starts + counts // 2
+    return (values[low] + values[high]) / 2
 
 def keep_stacks(records: list[Record], is_projection: Callable[[Record], bool], only: bool,
                 source: object) -> list[Record]:
@@ -146,57 +168,102 @@ def to_acquisition(records: list[Record], channels: dict[Hashable, Channel], *, 
     instrument channel key to its description, in output order."""
     if not records:
         raise InputError(f"{source}: no image records")
-    n_rows, n_cols = plate
-    for what, value in (("pixel size y", pixel_size_yx[0]), ("pixel size x", pixel_size_yx[1])):
-        finite(value, what, source, positive=True)
-    outside = next((r for r in records if not (1 <= r.row <= n_rows and 1 <= r.col <= n_cols)), None)
-    if outside:
-        raise InputError(f"{source}: {outside.path.name} is in well {row_name(max(outside.row, 1))}{outside.col:02d} "
-                         f"(row {outside.row}, column {outside.col}), outside the {n_rows} x {n_cols} plate")
     unknown = sorted({str(r.channel) for r in records if r.channel not in channels})
     if unknown:
         raise InputError(f"{source}: records name channels {listed(unknown)} that the metadata does not describe")
-    seen: dict[tuple, Path] = {}
-    for r in records:
-        key = (r.row, r.col, r.field, r.t, r.channel, r.z)
-        if key in seen:
-            raise InputError(f"{source}: {seen[key].name} and {r.path.name} are both well "
-                             f"{row_name(r.row)}{r.col:02d}, field {r.field}, time point {r.t}, channel {r.channel}, "
-                             f"z {r.z}: one plane, two files")
-        seen[key] = r.path
+    code = {k: i for i, k in enumerate(channels)}
+    n = len(records)
+
+    def column(get: Callable[[Record], object], dtype: type) -> np.ndarray:
+        return np.fromiter((get(r) for r in records), dtype, n)
+
+    table = PlaneTable(column(lambda r: r.row, np.int64), column(lambda r: r.col, np.int64),
+                       column(lambda r: r.field, np.int64), column(lambda r: r.t, np.int64),
+                       column(lambda r: code[r.channel], np.int64), column(lambda r: r.z, np.int64),
+                       column(lambda r: r.x_um, np.float64), column(lambda r: r.y_um, np.float64),
+                       column(lambda r: np.nan if r.z_um is None else r.z_um, np.float64),
+                       names=np.array([os.fsencode(r.path) for r in records], dtype=bytes),
+                       times=_texts([r.time for r in records]), wells=_texts([r.well_name for r in records]))
+    return table_acquisition(table, channels, name=name, source=source, pixel_size_yx=pixel_size_yx,
+                             image_shape_yx=image_shape_yx, dtype=dtype, plate=plate, z_step=z_step,
+                             bit_depth=bit_depth, unlisted=unlisted)
+
+
+def _texts(values: list[str | None]) -> np.ndarray | None:
+    if all(v is None for v in values):
+        return None
+    return np.array([b"" if v is None else v.encode() for v in values], dtype=bytes)
+
+
+def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name: str, source: Path,
+                      pixel_size_yx: tuple[float, float], image_shape_yx: tuple[int, int], dtype: str,
+                      plate: tuple[int, int], z_step: float | None = None, bit_depth: int | None = None,
+                      unlisted: list[str] | None = None) -> Acquisition:
+    """``to_acquisition`` for planes already in columns: t and z as the instrument numbers them, c
+    the position of the plane's channel in ``channels``, z_um NaN where not recorded."""
+    if not len(tb):
+        raise InputError(f"{source}: no image records")
+    n_rows, n_cols = plate
+    for what, value in (("pixel size y", pixel_size_yx[0]), ("pixel size x", pixel_size_yx[1])):
+        finite(value, what, source, positive=True)
+    outside = np.flatnonzero((tb.row < 1) | (tb.row > n_rows) | (tb.col < 1) | (tb.col > n_cols))
+    if len(outside):
+        i = int(outside[0])
+        row, col = int(tb.row[i]), int(tb.col[i])
+        raise InputError(f"{source}: {Path(tb.path(i)).name} is in well {row_name(max(row, 1))}{col:02d} "
+                         f"(row {row}, column {col}), outside the {n_rows} x {n_cols} plate")
+    _refuse_duplicates(tb, channels, source)
     if z_step is None:
-        z_step = z_step_from_stage(records, source)
+        z_step = z_step_from_stage(tb, source)
     else:
         z_step = finite(z_step, "z step", source, positive=True)
-    ts, zs = sorted({r.t for r in records}), sorted({r.z for r in records})
-    keys = [k for k in channels if any(r.channel == k for r in records)]
-    _warn_absent(records, source)
-    planes = [Plane(row=r.row, col=r.col, field=r.field, t=ts.index(r.t), c=keys.index(r.channel), z=zs.index(r.z),
-                    path=str(r.path), x_um=r.x_um, y_um=r.y_um, z_um=r.z_um or 0.0, time=r.time,
-                    well_name=r.well_name) for r in records]
-    acq = Acquisition(name=name, planes=planes, channels=[channels[k] for k in keys], pixel_size_yx=pixel_size_yx,
-                      z_step=z_step, image_shape_yx=image_shape_yx, dtype=dtype, n_rows=n_rows, n_cols=n_cols,
-                      bit_depth=bit_depth, source=str(source))
+    keys = list(channels)
+    present = np.unique(tb.c)
+    ts, zs = np.unique(tb.t), np.unique(tb.z)
+    _warn_absent(tb, source)
+    tb = tb.with_columns(t=np.searchsorted(ts, tb.t), c=np.searchsorted(present, tb.c),
+                         z=np.searchsorted(zs, tb.z), z_um=np.nan_to_num(tb.z_um, nan=0.0))
+    acq = Acquisition(name=name, planes=tb, channels=[channels[keys[k]] for k in present.tolist()],
+                      pixel_size_yx=pixel_size_yx, z_step=z_step, image_shape_yx=image_shape_yx, dtype=dtype,
+                      n_rows=n_rows, n_cols=n_cols, bit_depth=bit_depth, source=str(source))
     acq.unlisted = sorted(unlisted or [])
     return acq
 
 
-def _warn_absent(records: list[Record], source: object) -> None:
+def _refuse_duplicates(tb: PlaneTable, channels: dict[Hashable, Channel], source: object) -> None:
+    """Two records for one (well, field, t, channel, z): one line naming both files."""
+    order = np.lexsort((tb.z, tb.c, tb.t, tb.field, tb.col, tb.row))
+    same = np.ones(max(len(order) - 1, 0), bool)
+    for name in ("row", "col", "field", "t", "c", "z"):
+        a = getattr(tb, name)[order]
+        same &= a[1:] == a[:-1]
+    dup = np.flatnonzero(same)
+    if len(dup):
+        i, j = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+        channel = list(channels)[int(tb.c[i])]
+        raise InputError(f"{source}: {Path(tb.path(i)).name} and {Path(tb.path(j)).name} are both well "
+                         f"{row_name(int(tb.row[i]))}{int(tb.col[i]):02d}, field {int(tb.field[i])}, time point "
+                         f"{int(tb.t[i])}, channel {channel}, z {int(tb.z[i])}: one plane, two files")
+
+
+def _warn_absent(tb: PlaneTable, source: object) -> None:
     """Fields with fewer planes than their well's own (t x c x z) grid: those planes are written as
     zeros. A well imaged with other channels or time points than its neighbours is not short: it
     is its own plate acquisition (``Acquisition.parts``)."""
-    counts: dict[tuple, int] = defaultdict(int)
-    grids: dict[tuple, tuple[set, set, set]] = defaultdict(lambda: (set(), set(), set()))
-    for r in records:
-        counts[(r.row, r.col, r.field)] += 1
-        ts, cs, zs = grids[(r.row, r.col)]
-        ts.add(r.t), cs.add(r.channel), zs.add(r.z)
-    per_well = {well: len(ts) * len(cs) * len(zs) for well, (ts, cs, zs) in grids.items()}
-    short = [f"{row_name(k[0])}{k[1]:02d} field {k[2]} ({per_well[k[:2]] - n} of {per_well[k[:2]]})"
-             for k, n in sorted(counts.items()) if n < per_well[k[:2]]]
+    tb = tb.sorted()
+    wells = tb.boundaries("row", "col")
+    short = []
+    for a, b in zip(wells[:-1].tolist(), wells[1:].tolist()):
+        grid = math.prod(len(np.unique(getattr(tb, n)[a:b])) for n in ("t", "c", "z"))
+        fields = tb.take(slice(a, b)).boundaries("field")
+        counts = np.diff(fields)
+        if (counts < grid).any():
+            for start, n in zip(fields[:-1].tolist(), counts.tolist()):
+                if n < grid:
+                    short.append(f"{row_name(int(tb.row[a]))}{int(tb.col[a]):02d} field {int(tb.field[a + start])} "
+                                 f"({grid - n} of {grid})")
     if short:
         warn(source, f"{len(short)} fields lack planes the others have, written as zeros: {listed(short)}")
-
 
 def unlisted_files(folder: Path, named: Iterable[Path], image_name: re.Pattern[str], depth: int = 2) -> list[str]:
     """Instrument-named image files in ``folder`` (and ``depth`` levels below) that no record names."""
