@@ -280,3 +280,24 @@ def unlisted_files(folder: Path, named: Iterable[Path], image_name: re.Pattern[s
                     found.append(str(entry.relative_to(folder)))
         level = nxt
     return found
+
+
+def unlisted_names(folder: Path, names: np.ndarray, image_name: re.Pattern[str], depth: int = 2) -> list[str]:
+    """``unlisted_files`` for names relative to ``folder`` (bytes, a column of a ``PlaneTable``):
+    one listing and one sorted comparison, never a path object per listed file."""
+    found = []
+    level = [Path(folder)]
+    for _ in range(depth + 1):
+        nxt = []
+        for d in level:
+            with os.scandir(d) as entries:
+                for entry in entries:
+                    if entry.is_dir():
+                        nxt.append(Path(entry.path))
+                    elif image_name.search(entry.name):
+                        found.append(os.path.relpath(entry.path, folder))
+        level = nxt
+    if not found:
+        return []
+    listed_here = np.isin(np.array([os.fsencode(f) for f in found], dtype=bytes), names)
+    return sorted(f for f, ok in zip(found, listed_here.tolist()) if not ok)

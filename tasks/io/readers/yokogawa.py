@@ -6,20 +6,20 @@ Stage Y points the other way from image rows, so y is flipped (y_um = -Y), as fr
 does; positions are the field's top-left corner."""
 from __future__ import annotations
 
-import math
+import os
 import re
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+
+import numpy as np
 
 from ...errors import InputError, InputNotFoundError, warn
-from ..ngff.acquisition import Acquisition, Channel, row_name
+from ..ngff.acquisition import Acquisition, Channel, PlaneTable
 from ..storage.guard import inside
 from .folder_scan import FolderScan
-from .records import Record, keep_stacks, listed, relative_file, to_acquisition, unlisted_files
+from .mlf import NS, number_attr, read_mlf, utc, whole_attr
+from .records import Record, keep_stacks, listed, relative_file, table_acquisition, to_acquisition, unlisted_names
 
-NS = "{http://www.yokogawa.co.jp/BTS/BTSSchema/1.0}"
 # CellVoyager: <plate>_<well>_T0001F001L01A01Z01C01.tif; CQ: W0001F0001T0001Z001C1.tif
 IMAGE_NAME = re.compile(r"(_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}|^W\d{4}F\d{4}T\d{4}Z\d{3}C\d+)\.(tif|tiff|png)$", re.I)
 WELL_IN_NAME = re.compile(r"_([A-Z]{1,2}\d{2,3}(?:\.[a-z]\d)?)_T\d{4}F\d{3}L\d{2}A\d{2}Z\d{2}C\d{2}\.", re.I)
@@ -69,50 +69,11 @@ def find_metadata(folder: Path, mlf: str | None, mrf: str | None) -> tuple[Path,
     return mlf_path, mrf_path
 
 
-def _attr(el: ET.Element, name: str, path: Path) -> str:
-    value = el.get(NS + name)
-    if value is None:
-        raise InputError(f"{path}: <{el.tag.replace(NS, 'bts:')}> lacks bts:{name}")
-    return value
-
-
-def _int(el: ET.Element, name: str, path: Path, low: int = 0) -> int:
-    """A whole-number attribute, at least ``low``; anything else names the file, element and value."""
-    text = _attr(el, name, path)
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise InputError(f"{path}: bts:{name}={text!r} in <{el.tag.replace(NS, 'bts:')}> is not a whole number") from None
-    if value < low:
-        raise InputError(f"{path}: bts:{name}={value} in <{el.tag.replace(NS, 'bts:')}> must be at least {low}")
-    return value
-
-
-def _float(el: ET.Element, name: str, path: Path, positive: bool = False) -> float:
-    """A finite number (stage positions, pixel sizes); NaN or infinity would be written into metadata."""
-    text = _attr(el, name, path)
-    try:
-        value = float(text.strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or (positive and value <= 0):
-        need = "a number > 0" if positive else "a finite number"
-        raise InputError(f"{path}: bts:{name}={text!r} in <{el.tag.replace(NS, 'bts:')}> must be {need}")
-    return value
-
-
 def _parse_xml(path: Path) -> ET.Element:
     try:
         return ET.fromstring(path.read_bytes())
     except ET.ParseError as err:
         raise InputError(f"{path}: not valid XML ({err})") from err
-
-
-def _utc(text: str, path: Path) -> str:
-    try:
-        return datetime.fromisoformat(text).astimezone(timezone.utc).isoformat(timespec="milliseconds")
-    except ValueError:
-        raise InputError(f"{path}: bts:Time={text!r} is not an ISO date and time") from None
 
 
 def parse_mrf(path: Path) -> dict:
@@ -123,19 +84,19 @@ def parse_mrf(path: Path) -> dict:
     first = channels[0]
     ch = {}
     for el in channels:
-        idx = _int(el, "Ch", path, 1)
+        idx = whole_attr(el, "Ch", path, 1)
         ch[idx] = {k: el.get(NS + k) for k in ("CameraNumber", "FilterWheelPosition", "FilterPosition",
                                               "ShadingCorrectionSource", "InputLevel")}
     return {
         "settings": root.get(NS + "MeasurementSettingFileName"),
         "title": root.get(NS + "Title") or path.parent.name,
-        "n_rows": _int(root, "RowCount", path, 1),
-        "n_cols": _int(root, "ColumnCount", path, 1),
-        "pixel_size_x": _float(first, "HorizontalPixelDimension", path, positive=True),
-        "pixel_size_y": _float(first, "VerticalPixelDimension", path, positive=True),
-        "width": _int(first, "HorizontalPixels", path, 1),
-        "height": _int(first, "VerticalPixels", path, 1),
-        "bit_depth": _int(first, "InputBitDepth", path, 1),
+        "n_rows": whole_attr(root, "RowCount", path, 1),
+        "n_cols": whole_attr(root, "ColumnCount", path, 1),
+        "pixel_size_x": number_attr(first, "HorizontalPixelDimension", path, positive=True),
+        "pixel_size_y": number_attr(first, "VerticalPixelDimension", path, positive=True),
+        "width": whole_attr(first, "HorizontalPixels", path, 1),
+        "height": whole_attr(first, "VerticalPixels", path, 1),
+        "bit_depth": whole_attr(first, "InputBitDepth", path, 1),
         "channels": dict(sorted(ch.items())),
     }
 
@@ -167,73 +128,6 @@ def _rgb(color: str | None) -> str:
     return "FFFFFF"
 
 
-def parse_mlf(path: Path, errors: list[str] | None = None) -> list[dict]:
-    """The image records, streamed: a 1536-well plate's mlf holds millions of records (hundreds of
-    MB), whose whole element tree would take several times the file's size in memory. ERR records
-    (a field the instrument could not image, e.g. autofocus failed) are described in ``errors``."""
-    records = []
-    for el in _root_children(path, NS + "MeasurementRecord"):
-        kind = el.get(NS + "Type")
-        if kind == "ERR" and errors is not None:
-            errors.append(_error_record(el, path))
-        if kind != "IMG":
-            continue  # ERR/other records carry no image
-        records.append({
-            "file": (el.text or "").strip(),
-            "row": _int(el, "Row", path, 1), "col": _int(el, "Column", path, 1),
-            "field": _int(el, "FieldIndex", path, 1), "t": _time_key(el, path),
-            "z": _int(el, "ZIndex", path), "ch": _int(el, "Ch", path, 1),
-            "x": _float(el, "X", path), "y": _float(el, "Y", path),
-            "z_um": _float(el, "Z", path), "time": _utc(_attr(el, "Time", path), path),
-            "projection": bool((el.get(NS + "ZImageProcessing") or "").strip()),  # CQ: MIP, SUM, ...
-        })
-    if not records:
-        raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
-    return records
-
-
-TIMELINE_STEP = 1_000_000  # time points of one timeline sort before the next timeline's
-
-
-def _time_key(el: ET.Element, path: Path) -> int:
-    """Timeline, then time point: a well imaged by two timelines (each counting its time points
-    from 1) has both, in timeline order, never two files for one plane."""
-    timeline = _int(el, "TimelineIndex", path) if el.get(NS + "TimelineIndex") is not None else 0
-    point = _int(el, "TimePoint", path)
-    if point >= TIMELINE_STEP:
-        raise InputError(f"{path}: bts:TimePoint={point} must be below {TIMELINE_STEP}")
-    return timeline * TIMELINE_STEP + point
-
-
-def _error_record(el: ET.Element, path: Path) -> str:
-    """'B03 field 4 time point 1: "Autofocus failed"': where, as far as the record says (an
-    autofocus failure names no field, only the stage position), and the instrument's own message."""
-    row, col = _int(el, "Row", path, 1), _int(el, "Column", path, 1)
-    where = f"{row_name(row)}{col:02d}"
-    if el.get(NS + "FieldIndex") is not None:
-        where += f" field {_int(el, 'FieldIndex', path, 1)}"
-    elif el.get(NS + "X") is not None and el.get(NS + "Y") is not None:
-        where += f" at stage x={_float(el, 'X', path):g}, y={_float(el, 'Y', path):g}"
-    if el.get(NS + "TimePoint") is not None:
-        where += f" time point {_int(el, 'TimePoint', path)}"
-    message = " ".join((el.text or "").split()) or "no message"
-    return f'{where}: "{message}"'
-
-
-def _root_children(path: Path, tag: str) -> Iterator[ET.Element]:
-    """The root element's children named ``tag``, one at a time, each cleared once used."""
-    depth = 0
-    try:
-        for event, el in ET.iterparse(path, events=("start", "end")):
-            depth += 1 if event == "start" else -1
-            if event == "end" and depth == 1:
-                if el.tag == tag:
-                    yield el
-                el.clear()
-    except ET.ParseError as err:
-        raise InputError(f"{path}: not valid XML ({err})") from err
-
-
 def target_system(mrf: Path) -> str:
     """The instrument the mrf says wrote the measurement (``CV7000 FD``, ``CV8000``, ``CQ3000``, ``CQ1``);
     read from the root element's attributes alone, '' when it cannot be read."""
@@ -253,28 +147,40 @@ def read_measurement(folder: Path, mlf: str | None, mrf: str | None, projections
     mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
     folder = mlf_path.parent  # images sit beside the mlf
     detail = parse_mrf(mrf_path)
-    errors: list[str] = []
-    parsed = parse_mlf(mlf_path, errors)
-    if errors:
-        warn(mlf_path, f"{len(errors)} fields the instrument could not image (ERR records), left out: "
-                       f"{listed(errors)}")
-    records = [Record(row=r["row"], col=r["col"], field=r["field"], t=r["t"], channel=r["ch"], z=r["z"],
-                      path=_image_file(folder, r["file"], mlf_path), x_um=r["x"], y_um=-r["y"], z_um=r["z_um"],
-                      time=r["time"], well_name=_well_name(r["file"])) for r in parsed]
-    projected = {rec.path for rec, r in zip(records, parsed) if r["projection"]}
-    every_file = [r.path for r in records]
-    if projected or projections:
-        records = keep_stacks(records, lambda r: r.path in projected, projections, mlf_path)
+    cols = read_mlf(mlf_path, folder)
+    if cols.errors:
+        warn(mlf_path, f"{len(cols.errors)} fields the instrument could not image (ERR records), left out: "
+                       f"{listed(cols.errors)}")
     settings = parse_mes(_settings_file(folder, detail["settings"], mrf_path)) if detail["settings"] else {}
     channels = {c: Channel(label=settings.get(c, {}).get("name") or f"CH{c:02d}", wavelength_id=f"A01_C{c:02d}",
                            color=settings.get(c, {}).get("color", "FFFFFF"), extra=extra)
                 for c, extra in detail["channels"].items()}
-    return to_acquisition(
-        records, channels, name=detail["title"], source=mlf_path,
-        pixel_size_yx=pixel_size_yx or (detail["pixel_size_y"], detail["pixel_size_x"]),
-        image_shape_yx=(detail["height"], detail["width"]), dtype="uint8" if detail["bit_depth"] <= 8 else "uint16",
-        plate=(detail["n_rows"], detail["n_cols"]), bit_depth=detail["bit_depth"],
-        unlisted=unlisted_files(folder, every_file, IMAGE_NAME))
+    common = dict(name=detail["title"], source=mlf_path,
+                  pixel_size_yx=pixel_size_yx or (detail["pixel_size_y"], detail["pixel_size_x"]),
+                  image_shape_yx=(detail["height"], detail["width"]),
+                  dtype="uint8" if detail["bit_depth"] <= 8 else "uint16",
+                  plate=(detail["n_rows"], detail["n_cols"]), bit_depth=detail["bit_depth"],
+                  unlisted=unlisted_names(folder, cols.names, IMAGE_NAME))
+    resolved = folder.resolve()
+    if projections or cols.projection.any():  # CQ projections beside stacks: record by record
+        records = [Record(row=int(cols.row[i]), col=int(cols.col[i]), field=int(cols.field[i]), t=int(cols.t[i]),
+                          channel=int(cols.ch[i]), z=int(cols.z[i]), path=resolved / os.fsdecode(cols.names[i]),
+                          x_um=float(cols.x[i]), y_um=-float(cols.y[i]), z_um=float(cols.z_um[i]),
+                          time=utc(cols.times[i].decode(), mlf_path), well_name=_well_name(os.fsdecode(cols.names[i])))
+                   for i in range(len(cols))]
+        projected = {rec.path for rec, flag in zip(records, cols.projection.tolist()) if flag}
+        records = keep_stacks(records, lambda r: r.path in projected, projections, mlf_path)
+        return to_acquisition(records, channels, **common)
+    keys = np.array(list(channels))
+    code = np.searchsorted(keys, cols.ch).clip(max=len(keys) - 1)
+    unknown = cols.ch[keys[code] != cols.ch]
+    if len(unknown):
+        raise InputError(f"{mlf_path}: records name channels {listed(map(str, np.unique(unknown).tolist()))} that the "
+                         "metadata does not describe")
+    table = PlaneTable(cols.row, cols.col, cols.field, cols.t, code, cols.z, cols.x, -cols.y, cols.z_um,
+                       names=cols.names, folder=str(resolved), times=cols.times,
+                       time_text=lambda text: utc(text, mlf_path), well_of_name=_well_name)
+    return table_acquisition(table, channels, **common)
 
 
 def _image_file(folder: Path, name: str, mlf: Path) -> Path:
