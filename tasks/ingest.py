@@ -46,7 +46,7 @@ from .io.ngff.hcs import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
-from .io.readers.planes import plane_exists, plane_header, read_plane_into
+from .io.readers.planes import plane_exists, plane_header, planes_present, read_plane_into
 from .io.readers.volume import open_volume
 from .runtime.budget import REGION_COPIES, holds
 from .runtime.contract import THREADS, PlanContext, Unit
@@ -57,6 +57,9 @@ BATCH_BYTES = 32 * 2**20
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
+# the acquisition a plan read, for the finish of the same run (one entry: popped by finish, and
+# replaced by every plan, so a later run never sees an earlier run's)
+_PLANNED: dict[str, Acquisition] = {}
 
 # -- reading the acquisition (driver) -------------------------------------------------------------
 def read_acquisition(p: Params) -> Acquisition:
@@ -97,13 +100,16 @@ def _read_pattern(p: Params, first: Path | None) -> Acquisition:
     return acq
 
 
-def validate_files(p: Params, acq: Acquisition) -> list[str]:
-    """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes."""
-    missing = sorted({pl.path for pl in acq.planes if not plane_exists(pl.path)})
-    if missing and p.missing == "error":
-        what = ("planes are missing from the series" if Path(missing[0]).name.startswith(MISSING_PREFIX)
+def validate_files(p: Params, acq: Acquisition) -> np.ndarray:
+    """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes;
+    whether each plane's file is there (one listing per folder, planes.planes_present)."""
+    present = planes_present(acq.table)
+    if not present.all() and p.missing == "error":
+        missing = np.unique(acq.table.names[~present])
+        shown = [acq.table.path(int(np.flatnonzero(acq.table.names == n)[0])) for n in missing[:MAX_LISTED]]
+        what = ("planes are missing from the series" if Path(shown[0]).name.startswith(MISSING_PREFIX)
                 else "listed files are missing")
-        raise InputError(f"{len(missing)} {what}, e.g. {_names(missing)} "
+        raise InputError(f"{len(missing)} {what}, e.g. {_names(shown, len(missing))} "
                          f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
     if acq.unlisted and not p.allow_extra_files:
         raise InputError(f"{acq.source}: {len(acq.unlisted)} image files are not listed in this metadata, e.g. "
@@ -111,19 +117,20 @@ def validate_files(p: Params, acq: Acquisition) -> list[str]:
     if p.check_headers:
         expected = (tuple(acq.image_shape_yx), acq.dtype)
         bad = []
-        for path in sorted({pl.path for pl in acq.planes} - set(missing)):
+        for path in sorted(set(acq.table.paths(np.flatnonzero(present)))):
             found = plane_header(path)
             if (tuple(found[0]), found[1]) != expected:
                 bad.append(f"{Path(path).name} {found[0][0]}x{found[0][1]} {found[1]}")
         if bad:
             raise InputError(f"{len(bad)} files differ from the expected {expected[0][0]}x{expected[0][1]} "
                              f"{expected[1]}: {', '.join(bad[:MAX_LISTED])}")
-    return missing
+    return present
 
 
-def _names(paths: list[str]) -> str:
+def _names(paths: list[str], total: int | None = None) -> str:
+    total = len(paths) if total is None else total
     shown = ", ".join(Path(x).name for x in paths[:MAX_LISTED])
-    return shown + (f" and {len(paths) - MAX_LISTED} more" if len(paths) > MAX_LISTED else "")
+    return shown + (f" and {total - MAX_LISTED} more" if total > MAX_LISTED else "")
 
 
 def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
@@ -146,6 +153,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         return _plan_image(p, ctx)
     acq = read_acquisition(p)
     validate_files(p, acq)
+    _PLANNED[p.model_dump_json()] = acq  # finish uses it: the acquisition is read once per run
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)
     root = p.output_path()
@@ -173,8 +181,9 @@ def _plan_fields(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
             meta = _field_meta(p, acq, root / path, field_levels(acq, planes[0], origins[(row, col)]))
             units += _region_units(p, ctx, path, meta, spec, BATCH_BYTES, fov_planes=planes)
             continue
+        every = planes.files()
         for t in range(acq.n_t):
-            files = [[pl.c, pl.z, pl.path] for pl in planes if pl.t == t]
+            files = [[c, z, path] for tt, c, z, path in every if tt == t]
             units.append({"id": f"{path}/t{t}", "field": path, "t": t, "planes": files,
                           "has_t": acq.has_t, "missing_ok": p.missing == "zeros",
                           "memory": int(stack * REGION_COPIES)})
@@ -219,11 +228,11 @@ def run_unit(p: Params, unit: Unit) -> int:
 def finish(p: Params, ctx: PlanContext) -> None:
     if p.resolved_format() == "image":
         return _finish_image(p)
-    acq = read_acquisition(p)
+    acq = _PLANNED.pop(p.model_dump_json(), None) or read_acquisition(p)
     if p.layout == "well":
         return ingest_wells.finish(p, acq, ctx.guard)
     root = p.output_path()
-    missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
+    missing = set(acq.table.paths(np.flatnonzero(~planes_present(acq.table))))
     parts = acq.parts()
     images: dict[str, int] = {}  # field path -> its plate acquisition
     for part in parts:
@@ -244,7 +253,7 @@ def _finish_fields(p: Params, acq: Acquisition, missing: set[str]) -> list[str]:
         first = planes[0]
         extra = {"source": acq.source, "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                  "instrument_well": first.well_name, "field_index": fld, "acquired": first.time,
-                 "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]}
+                 "missing_planes": [Path(path).name for *_, path in planes.files() if path in missing]}
         levels = field_levels(acq, first, origins[(row, col)])
         if p.pyramid:
             meta = _field_meta(p, acq, root / path, levels)
@@ -330,15 +339,15 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
             unit["allocator"] = "speed"
         else:
             unit.update(field=image, missing_ok=p.missing == "zeros",
-                        planes=[[pl.t, pl.c, pl.z, pl.path] for pl in fov_planes if _inside(reg, pl, meta)])
+                        planes=[f for f in fov_planes.files() if _inside(reg, f, meta)])
         units.append(unit)
     return units + rest
 
 
-def _inside(region: tuple[tuple[int, int], ...], plane: object, meta: ImageMeta) -> bool:
-    """Whether a (t, c, z) plane lies in a field region (axes (t)czyx)."""
+def _inside(region: tuple[tuple[int, int], ...], plane: list, meta: ImageMeta) -> bool:
+    """Whether a [t, c, z, path] plane lies in a field region (axes (t)czyx)."""
     index = dict(zip(meta.axis_names, region))
-    return all(a <= getattr(plane, name) < b for name, (a, b) in index.items() if name in "tcz")
+    return all(a <= plane["tcz".index(name)] < b for name, (a, b) in index.items() if name in "tcz")
 
 
 def _run_field_region(p: Params, unit: Unit) -> int:

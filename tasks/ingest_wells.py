@@ -10,14 +10,14 @@ plane, so each file is read once."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import zarr
 
 from . import reshard
 from .ingest_params import Params
-from .io.ngff.acquisition import Acquisition
+from .io.ngff.acquisition import Acquisition, FieldPlanes, PlaneTable
 from .io.ngff.hcs import (
     MAX_WINDOW_FIELDS,
     WINDOW_STRIDE,
@@ -32,7 +32,7 @@ from .io.ngff.hcs import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
 from .io.ngff.placement import Fov
-from .io.readers.planes import plane_exists, read_plane_into
+from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.storage.guard import OutputGuard
 from .runtime.contract import PlanContext, Unit
 from .io.storage.location import zarr_url
@@ -46,17 +46,20 @@ def reshard_params(p: Params) -> reshard.Params:
                           overview_size=p.overview_size, codec=p.chosen_codec(), volume_mb=p.volume_mb)
 
 
-def acquisition_wells(p: Params, acq: Acquisition, missing: set[str] | None = None
+Presence = Callable[[PlaneTable], np.ndarray]  # whether each plane's file is there
+
+
+def acquisition_wells(p: Params, acq: Acquisition, presence: Presence | None = None
                       ) -> tuple[dict[str, Any], list[reshard.Well], str]:
     """(plate dict as the NGFF plate metadata has it, wells with their FOVs, NGFF version): what
     reshard would read back from the per-FOV plate ingest writes with ``layout: fov``. Each plate
-    acquisition (``Acquisition.parts``) keeps its own channels; with ``missing`` given (finish), each
+    acquisition (``Acquisition.parts``) keeps its own channels; with ``presence`` given (finish), each
     well carries its omero windows, sampled from the source files."""
     parts = acq.parts()
     wells: list[reshard.Well] = []
     entries = []
     for part in parts:
-        windows = source_windows(part, missing) if missing is not None else None
+        windows = source_windows(part, presence(part.table)) if presence is not None else None
         for (row, col), well in _part_wells(p, part, windows).items():
             wells.append(well)
             entries.append({"path": well.path, "rowIndex": row - 1, "columnIndex": col - 1})
@@ -82,7 +85,7 @@ def _part_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, f
         fovs = by_well.setdefault((row, col), [])
         fovs.append(Fov(f"FOV_{len(fovs) + 1}", field_path(row, col, fld, acq), tuple(level.translation[-3:]),
                         (acq.n_z,) + tuple(acq.image_shape_yx),
-                        extra={"dtype": acq.dtype, "planes": [[pl.t, pl.c, pl.z, pl.path] for pl in planes]}))
+                        extra={"dtype": acq.dtype, "planes": planes}))  # the unit's own: plan()
     wells = {}
     for (row, col), fovs in by_well.items():
         path = f"{acq.row_label(row)}/{acq.col_label(col)}"
@@ -95,10 +98,29 @@ def _part_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, f
 def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
     missing_ok = p.missing == "zeros"
     units = reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx)
+    keys: dict[int, dict[tuple[int, int, int], int]] = {}  # one well's FOVs at a time
+    well = None
     for unit in units:
         if unit.get("kind") == "compose":
             unit["missing_ok"] = missing_ok
+            if unit["well"] != well:
+                well, keys = unit["well"], {}
+            for fov in unit["fovs"]:
+                fov["planes"] = _region_files(fov["planes"], unit["region"], keys)
     return units
+
+
+def _region_files(planes: FieldPlanes, region: list[list[int]], keys: dict[int, dict]) -> list[list]:
+    """[t, c, z, path] of the FOV's planes inside a unit's region ((t) c z y x): what the unit
+    reads, and no more (a unit listing its FOVs' every plane made plans quadratic in size)."""
+    by_key = keys.get(id(planes))
+    if by_key is None:
+        by_key = keys[id(planes)] = planes.by_key()
+    lead = region[:-3]
+    ts = range(*lead[0]) if len(lead) == 2 else range(1)
+    found = [(t, c, z) for t in ts for c in range(*lead[-1]) for z in range(*region[-3]) if (t, c, z) in by_key]
+    rows = [by_key[k] for k in found]
+    return [[t, c, z, path] for (t, c, z), path in zip(found, planes.table.paths(np.array(rows, dtype=np.int64)))]
 
 
 def run_unit(p: Params, unit: Unit) -> int:
@@ -132,8 +154,14 @@ def _file_reader(missing_ok: bool) -> reshard.FovReader:
 
 
 def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
-    missing = {pl.path for pl in acq.planes if not plane_exists(pl.path)}
-    plate, wells, version = acquisition_wells(p, acq, missing)
+    found: dict[int, np.ndarray] = {}
+
+    def presence(table: PlaneTable) -> np.ndarray:  # one listing per table (the plate, or a part)
+        if id(table) not in found:
+            found[id(table)] = planes_present(table)
+        return found[id(table)]
+
+    plate, wells, version = acquisition_wells(p, acq, presence)
     rp = reshard_params(p)
     planes_of = {field_path(row, col, fld, part): planes
                  for part in acq.parts() for (row, col, fld), planes in part.fields().items()}
@@ -142,32 +170,33 @@ def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
         for fov in well.fovs:
             planes = planes_of[fov.path]
             first = planes[0]
+            absent = planes.start + np.flatnonzero(~presence(planes.table)[planes.start:planes.stop])
             info.append({"fov": fov.name, "instrument_well": first.well_name, "field_index": first.field,
                          "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                          "acquired": first.time,
-                         "missing_planes": [Path(pl.path).name for pl in planes if pl.path in missing]})
+                         "missing_planes": [Path(path).name for path in planes.table.paths(absent)]})
         group = zarr.open_group(zarr_url(rp.output_path() / well.path / rp.image_name), mode="a",
                                 zarr_format=NGFF_FORMATS[version])
         group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
     reshard.finish_wells(rp, plate, wells, version, guard)
 
 
-def source_windows(acq: Acquisition, missing: set[str]) -> list[tuple[float, float, float, float]]:
+def source_windows(acq: Acquisition, present: np.ndarray) -> list[tuple[float, float, float, float]]:
     """Display windows from the source files, sampled exactly as ``channel_windows`` samples the
     per-FOV images (the middle t and z plane of the first fields, every 4th pixel), so both
-    layouts get the same omero windows."""
-    fields = list(acq.fields().values())[:MAX_WINDOW_FIELDS]
+    layouts get the same omero windows. ``present``: whether each plane of ``acq.table`` has its file."""
+    fields = [planes.by_key() for planes in list(acq.fields().values())[:MAX_WINDOW_FIELDS]]
     t, z = acq.n_t // 2, acq.n_z // 2
     plane = np.empty(acq.image_shape_yx, dtype=acq.dtype)
     samples = []
     for c in range(acq.n_c):
         per_field = []
-        for planes in fields:
-            path = next((pl.path for pl in planes if (pl.t, pl.c, pl.z) == (t, c, z)), None)
-            if path is None or path in missing:
+        for by_key in fields:
+            row = by_key.get((t, c, z))
+            if row is None or not present[row]:
                 per_field.append(np.zeros(plane[WINDOW_STRIDE, WINDOW_STRIDE].shape, plane.dtype))
                 continue
-            read_plane_into(path, plane)
+            read_plane_into(acq.table.path(row), plane)
             per_field.append(plane[WINDOW_STRIDE, WINDOW_STRIDE].copy())
         samples.append(per_field)
     return windows_from_samples(samples, acq.dtype)

@@ -193,8 +193,10 @@ def instrument_folder_problems(root: Path) -> tuple[list[str], int]:
         acq = reader(fmt).read(root, ReadOptions())
     except ZarrmillError as err:
         return [str(err)], 0
-    missing = sorted({p.path for p in acq.planes if not Path(str(p.path).split("::")[0]).is_file()})
-    return [f"{m}: listed by the metadata but missing" for m in missing[:5]], len(acq.planes)
+    from ..io.readers.planes import planes_present
+
+    missing = sorted(set(acq.table.paths(np.flatnonzero(~planes_present(acq.table)))))
+    return [f"{m}: listed by the metadata but missing" for m in missing[:5]], len(acq.table)
 
 
 NON_ZARR_CHECKS: dict[str, tuple[str, Callable[[Path], tuple[list[str], int]], str]] = {

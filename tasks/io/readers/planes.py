@@ -2,11 +2,13 @@
 planes of multi-dimensional files through references (``<file>::<scene>/<t>/<c>/<z>``, readers/scenes.py)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from ...errors import InputError, InputNotFoundError
+from ..ngff.plane_table import PlaneTable
 
 PNG = {".png"}
 
@@ -40,6 +42,33 @@ def plane_exists(ref: str | Path) -> bool:
     from .scenes import split_ref
 
     return split_ref(str(ref))[0].exists()
+
+
+def planes_present(table: PlaneTable) -> np.ndarray:
+    """Whether each plane's file exists: one listing per folder the names are in, never a call
+    per file (a full plate names millions; on a cluster file system each call is a round trip).
+    Names that are whole paths or ``file::s/t/c/z`` references are looked up once per file."""
+    names = table.names
+    present = np.zeros(len(names), bool)
+    if not len(names):
+        return present
+    if not table.folder:
+        files, inverse = np.unique(names, return_inverse=True)
+        found = np.array([plane_exists(os.fsdecode(f)) for f in files], bool)
+        return found[inverse.reshape(-1)]
+    in_folder = np.strings.find(names, b"/") < 0
+    for sub in [b""] + sorted({n.rpartition(b"/")[0] for n in names[~in_folder].tolist()}):
+        mask = in_folder if not sub else np.strings.startswith(names, sub + b"/") & ~in_folder
+        where = os.path.join(table.folder, os.fsdecode(sub))
+        try:
+            with os.scandir(where) as entries:
+                listed = [os.fsencode(os.path.join(os.fsdecode(sub), e.name)) if sub else os.fsencode(e.name)
+                          for e in entries if e.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if listed:
+            present[mask] = np.isin(names[mask], np.array(listed, dtype=bytes))
+    return present
 
 
 def read_plane_into(path: str | Path, out: np.ndarray) -> None:
