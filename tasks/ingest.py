@@ -50,6 +50,7 @@ from .io.readers.planes import plane_exists, plane_header, planes_present, read_
 from .io.readers.volume import open_volume
 from .runtime.budget import REGION_COPIES, holds
 from .runtime.contract import THREADS, PlanContext, Unit
+from .runtime.unit_stream import UnitStream
 from .io.storage.location import zarr_url
 
 MAX_LISTED = 5
@@ -146,7 +147,7 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
 
 
 # -- plan / run / finish ---------------------------------------------------------------------------
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
     if p.resolved_format() == "image":
         if p.layout == "well":
             raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")

@@ -35,6 +35,7 @@ from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.storage.guard import OutputGuard
 from .runtime.contract import PlanContext, Unit
+from .runtime.unit_stream import UnitStream
 from .io.storage.location import zarr_url
 
 
@@ -95,19 +96,21 @@ def _part_wells(p: Params, acq: Acquisition, windows: list[tuple[float, float, f
     return wells
 
 
-def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> UnitStream:
     missing_ok = p.missing == "zeros"
-    units = reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx)
     keys: dict[int, dict[tuple[int, int, int], int]] = {}  # one well's FOVs at a time
-    well = None
-    for unit in units:
-        if unit.get("kind") == "compose":
-            unit["missing_ok"] = missing_ok
-            if unit["well"] != well:
-                well, keys = unit["well"], {}
-            for fov in unit["fovs"]:
-                fov["planes"] = _region_files(fov["planes"], unit["region"], keys)
-    return units
+    well = [""]
+
+    def complete(unit: Unit) -> Unit:
+        if unit["well"] != well[0]:
+            well[0] = unit["well"]
+            keys.clear()
+        unit["missing_ok"] = missing_ok
+        for fov in unit["fovs"]:
+            fov["planes"] = _region_files(fov["planes"], unit["region"], keys)
+        return unit
+
+    return reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx, complete)
 
 
 def _region_files(planes: FieldPlanes, region: list[list[int]], keys: dict[int, dict]) -> list[list]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Iterator
 
 import numpy as np
 import zarr
@@ -34,13 +34,14 @@ from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, ensure_array, ens
 from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key, zarr_url
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
-from .io.ngff.hcs import split_side
 from .io.storage.layout import level_shards
 from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, member_path, read_attrs, read_image,
                                well_acquisition, write_image_metadata, write_plate_metadata, write_well_metadata)
 from .io.ngff.overview import OverviewLayout, overview_fits, overview_layout
-from .io.ngff.placement import Fov, Policy, canvas_shape, compose, is_regular_grid, place
+from .io.ngff.placement import Fov, Policy, compose
+from .io.ngff.well_canvas import Well, one_canvas
 from .runtime.budget import holds
+from .runtime.unit_stream import Batch, UnitStream
 from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
@@ -107,53 +108,6 @@ def default_output(plate: Path) -> Path:
 
 
 # -- reading the wells (driver) ---------------------------------------------------------------------
-class Well:
-    """The FOVs of one well placed on its canvas: what its well image is made of. ``meta`` gives
-    the axes, pixel size (``scale``: the FOV level used) and omero; ``fovs`` are not placed yet."""
-
-    def __init__(self, path: str, meta: ImageMeta, scale: list[float], fovs: list[Fov], dtype: np.dtype,
-                 lead_shape: tuple[int, ...], overlap: Policy, acquisition: int = 0):
-        self.path, self.meta, self.level_scale, self.acquisition = path, meta, list(scale), acquisition
-        self.dtype, self.lead_shape = np.dtype(dtype), tuple(lead_shape)
-        self.spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
-        self.scale = tuple(scale[i] for i in self.spatial)
-        self.fovs, self.origin = place(fovs, self.scale, overlap)
-        self.shape = self.lead_shape + canvas_shape(self.fovs)
-
-    def spec(self, p: Params, zarr_format: int) -> ArraySpec:
-        fov_yx = self.fovs[0].size[-2:]
-        cy, cx = p.chunk_yx or (split_side(fov_yx[0]), split_side(fov_yx[1]))
-        n = len(self.shape)
-        chunks = (1,) * (n - 2) + (min(cy, self.shape[-2]), min(cx, self.shape[-1]))
-        shards = None
-        if zarr_format == 3:
-            if is_regular_grid(self.fovs) and not p.chunk_yx:
-                shards = (1,) * (n - 2) + tuple(fov_yx)  # one shard per FOV plane, aligned with the grid
-                shards = None if shards == chunks else shards  # a one-chunk shard only costs reads
-            else:
-                fov_bytes = math.prod(fov_yx) * self.dtype.itemsize
-                shards = level_shards(self.shape, chunks, [n - 2, n - 1], self.dtype.itemsize, fov_bytes)
-        return ArraySpec(self.shape, str(self.dtype), chunks, shards, p.codec, zarr_format,
-                         tuple(self.meta.axis_names))
-
-    def image_meta(self, root: Path, version: str) -> ImageMeta:
-        """Metadata of the well image (level 0): FOV pixel size, translation = the well origin."""
-        translation = [0.0] * len(self.meta.axis_names)
-        for k, o in zip(self.spatial, self.origin):
-            translation[k] = o
-        level0 = Level("0", list(self.level_scale), translation)
-        omero = {k: v for k, v in self.meta.attrs.items() if k == "omero"}
-        return ImageMeta(root, version, self.meta.axes, [level0], {"multiscales": [{}], **omero})
-
-    def fovs_in(self, region: list[tuple[int, int]]) -> list[dict]:
-        """The FOVs touching a canvas region (spatial axes), as JSON for a unit."""
-        out = []
-        for f in self.fovs:
-            if all(a < p + s and p < b for (a, b), p, s in zip(region, f.pixel, f.size)):
-                out.append({**f.extra, "path": f.path, "pixel": list(f.pixel), "size": list(f.size)})
-        return out
-
-
 def read_well(p: Params, path: str) -> Well:
     """The FOV images a well of the input plate lists (level ``p.level`` of each), checked alike."""
     attrs, _ = read_attrs(member_path(as_location(p.input), path, "plate well path"))
@@ -202,37 +156,28 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
     return plate, one_canvas(wells), ("0.5" if zf == 3 else "0.4")
 
 
-def one_canvas(wells: list[Well]) -> list[Well]:
-    """One canvas size (z, y, x) for every well (zero-padded), so plate viewers can tile wells on a
-    grid; each well keeps its own channels and time points (a sparse plate's wells differ there)."""
-    spatial = {len(w.spatial) for w in wells}
-    if len(spatial) == 1:
-        n = spatial.pop()
-        common = tuple(max(sizes) for sizes in zip(*[w.shape[-n:] for w in wells]))
-        for well in wells:
-            well.shape = well.shape[:-n] + common
-    return wells
-
-
 # -- plan / run / finish ----------------------------------------------------------------------------
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> UnitStream:
     return plan_wells(p, *read_wells(p), ctx)
 
 
-def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext) -> list[Unit]:
-    """The output plate's groups and arrays, and the units writing every well image (and the overview)."""
+def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext,
+               complete: Callable[[Unit], Unit] | None = None) -> UnitStream:
+    """The output plate's groups and arrays, and the units writing every well image (and the
+    overview); ``complete`` finishes each compose unit as it is made (ingest: the files it reads)."""
     zf = NGFF_FORMATS[version]
     out = p.output_path()
     ensure_group(out, zf, ctx)
-    units: list[Unit] = []
+    stream = UnitStream()
     for well in wells:
-        units += _plan_well(p, well, version, zf, ctx)
+        _plan_well(p, well, version, zf, ctx, stream, complete or (lambda unit: unit))
     if p.overview and overview_fits(wells, warn_of=out):
-        units += _plan_overview(p, plate, wells, version, ctx)
-    return units
+        stream.add(_plan_overview(p, plate, wells, version, ctx))
+    return stream
 
 
-def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -> list[Unit]:
+def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, stream: UnitStream,
+               complete: Callable[[Unit], Unit]) -> None:
     out = p.output_path()
     for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
         ensure_group(out / part, zf, ctx)
@@ -251,17 +196,25 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext) -
                                                well.image_meta(image, version), ctx, across_lead=whole)
         leads = [[[0, n] for n in well.lead_shape]] if whole else \
             [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
-        return [{"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
-                 "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume),
-                 "memory": holds(lead + volume, well.dtype.itemsize)}
-                for i, lead in enumerate(leads)]
-    units: list[Unit] = [
-        {"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "region": [list(r) for r in reg],
-         "fovs": well.fovs_in(reg[n_lead:]), "memory": holds(reg, well.dtype.itemsize)}
-        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, well.dtype.itemsize,
-                                              int(p.unit_mb * 2**20)))]
-    return units + pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                             well.image_meta(image, version), ctx, sparse=True)
+        stream.add([complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
+                              "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume),
+                              "memory": holds(lead + volume, well.dtype.itemsize)})
+                    for i, lead in enumerate(leads)])
+        return
+    # many units per well: made when handed out (unit_stream.py), each listing only its own FOVs
+    itemsize, unit_bytes = well.dtype.itemsize, int(p.unit_mb * 2**20)
+    sizes = [holds(reg, itemsize) for reg in group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)]
+
+    def make() -> Iterator[Unit]:
+        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)):
+            yield complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path,
+                            "region": [list(r) for r in reg], "fovs": well.fovs_in(reg[n_lead:]),
+                            "memory": holds(reg, itemsize)})
+
+    stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes),
+                           lambda: (f"{well.path}:0:{i}" for i in range(len(sizes))), make))
+    stream.add(pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+                                         well.image_meta(image, version), ctx, sparse=True))
 
 
 def run_unit(p: Params, unit: Unit) -> int:

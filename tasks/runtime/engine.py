@@ -20,12 +20,13 @@ from ..io.storage.fingerprint import changed_files, describe_changes, fingerprin
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
 from .budget import PlanSize, refuse_oversized
-from .contract import PlanContext, Task, TaskParams, Unit
+from .contract import PlanContext, Task, TaskParams
 from .ledger import StepRecord, open_ledger
 from .resume import prepare_output, remove_partial_files, same_step, step_record
 from .locks import Lease, Locked, open_lock
 from .progress import Progress
 from .unit_runners import runner_for
+from .unit_stream import UnitStream, as_stream
 
 log = logging.getLogger("zarrmill")
 MAX_FAILURES_SHOWN = 5
@@ -166,31 +167,35 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         remove_partial_files(guard)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     lock.check()
-    units = task.plan(params, ctx)  # a failure here is rolled back by run_step
-    _check_unique_ids(task.name, units)
+    plan = as_stream(task.plan(params, ctx))  # a failure here is rolled back by run_step
+    _check_unique_ids(task.name, plan)
     opts._budget = opts.unit_budget() if opts.unit_budget else None
-    refuse_oversized(task.name, units, opts._budget, opts.budget_setting, type(params).model_fields)  # rolled back like a failed plan
+    if opts._budget is not None and plan.size().largest > opts._budget:  # rolled back like a failed plan
+        refuse_oversized(task.name, [plan.largest_unit()], opts._budget, opts.budget_setting,
+                         type(params).model_fields)
     guard.commit()  # the plan's nodes stay from here on: units write into them
     if not resume or changed:
         ledger.clear_done()
-    rec.n_units, rec.state = len(units), "running"
+        done = set()
+    rec.n_units, rec.state = len(plan), "running"
     ledger.write_record(rec)
-    todo = [u for u in units if u["id"] not in done]
-    report = StepReport(step, task.name, len(units), len(units) - len(todo), 0, 0.0)
-    _say(opts, f"[{step}] task {task.name}: {len(units)} units, {report.skipped} already done")
+    skipped = sum(1 for i in plan.ids() if i in done) if done else 0
+    report = StepReport(step, task.name, len(plan), skipped, 0, 0.0)
+    _say(opts, f"[{step}] task {task.name}: {len(plan)} units, {report.skipped} already done")
 
-    opts.plan = PlanSize.of(todo)
-    client = get_client() if todo else None
+    opts.plan = plan.size()
+    client = get_client() if skipped < len(plan) else None
     if client is not None:
         from .executors import describe_client
 
         _say(opts, f"[{step}] {describe_client(client)}")
-    progress = Progress(step, len(units), report.skipped, stream=sys.stderr)
+    progress = Progress(step, len(plan), report.skipped, stream=sys.stderr)
     t_units = time.monotonic()
     try:
         runner = runner_for(client)
-        for stage in _stages(todo):
-            for unit, nbytes, error in runner(task, params, stage, client, opts):
+        for stage in plan.stages():
+            todo = (u for u in plan.units(stage) if u["id"] not in done)
+            for unit, nbytes, error in runner(task, params, todo, client, opts):
                 lock.check()  # taken over by another run: stop before recording or writing more
                 if error is None:
                     ledger.mark_done([unit["id"]])
@@ -222,26 +227,19 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     return report
 
 
-def _stages(units: list[Unit]) -> list[list[Unit]]:
-    """Units grouped by their optional ``stage`` (default 0): every unit of a stage finishes
-    before the next stage starts (e.g. pyramid level k is built from level k-1 as stored)."""
-    by_stage: dict[int, list[Unit]] = {}
-    for unit in units:
-        by_stage.setdefault(int(unit.get("stage", 0)), []).append(unit)
-    return [by_stage[k] for k in sorted(by_stage)]
-
-
 def _lost_workers(report: StepReport) -> bool:
     """A unit failed because the worker running it died (distributed's KilledWorker)."""
     return any("KilledWorker" in failure or "worker" in failure.lower() and "died" in failure.lower()
                for failure in report.failures)
 
 
-def _check_unique_ids(task_name: str, units: list[Unit]) -> None:
-    ids = [u["id"] for u in units]
-    if len(set(ids)) != len(ids):
-        raise RuntimeError(f"task {task_name} planned duplicate unit ids (a bug in the task)")
-    json.dumps(units[:1])  # units must be JSON-able: fail on the driver, not on a worker
+def _check_unique_ids(task_name: str, plan: UnitStream) -> None:
+    seen: set[str] = set()
+    for unit_id in plan.ids():
+        if unit_id in seen:
+            raise RuntimeError(f"task {task_name} planned duplicate unit ids (a bug in the task)")
+        seen.add(unit_id)
+    json.dumps(next(plan.units(), None))  # units must be JSON-able: fail on the driver, not on a worker
 
 
 def _failure_summary(step: str, report: StepReport) -> str:

@@ -20,6 +20,7 @@ from .atomic import read_json_if_exists
 from .guard import OutputGuard
 from .location import as_location, is_remote
 from .location import zarr_url
+from .skeleton import is_array_as_made, write_array, write_group_if_absent
 
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
 
@@ -77,8 +78,9 @@ class ArraySpec:
         return self.shards or self.chunks
 
 
-def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> zarr.Array:
-    """Open the array if a resumed run created it identically; else create it.
+def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> zarr.Array | None:
+    """Open the array if a resumed run created it identically; else create it (on disk nothing is
+    returned: units open arrays themselves).
 
     An existing node is replaced only with ``--overwrite`` (or when resuming this step's own
     half-made output), and only if zarrmill created it (the output guard); a fresh run never
@@ -88,7 +90,10 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
         raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
     path = guard.contain(as_location(root) / name if name else as_location(root), what="array path")
     there = not (is_remote(path) and guard.known_absent(path)) and _node_there(path)
+    kwargs = _create_kwargs(spec)
     if there:
+        if ctx.resume and not is_remote(path) and is_array_as_made(path, kwargs):
+            return None  # this step's own array, as it made it (compared without zarr: skeleton.py)
         if ctx.resume and _exists(path) and _matches(zarr.open_array(zarr_url(path), mode="r"), spec):
             return zarr.open_array(zarr_url(path), mode="r+")
         empty = guard.place.is_empty(path)  # nothing, or only the claim of a store that is this array
@@ -99,6 +104,13 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
         if not empty:
             guard.remove(path)
     guard.will_create(path, absent=True if is_remote(path) and not there else None)
+    if not is_remote(path):
+        write_array(path, kwargs)  # the documents zarr makes, made once per layout (skeleton.py)
+        return None
+    return zarr.create_array(zarr_url(path), **kwargs)
+
+
+def _create_kwargs(spec: ArraySpec) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
         shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,
         compressors=spec.codec.for_format(spec.zarr_format), fill_value=0,
@@ -108,7 +120,7 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
         kwargs["dimension_names"] = spec.dimension_names
     else:
         kwargs["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
-    return zarr.create_array(zarr_url(path), **kwargs)
+    return kwargs
 
 
 def _node_there(path: Any) -> bool:
@@ -254,13 +266,15 @@ def _matches(arr: zarr.Array, spec: ArraySpec) -> bool:
             and (tuple(shards) if shards else None) == (tuple(spec.shards) if spec.shards else None))
 
 
-def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) -> zarr.Group:
+def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) -> zarr.Group | None:
     """Open or create a group of the output (never replacing one); a new one is recorded with the
     output guard first."""
     guard = ctx.guard if ctx is not None and ctx.guard is not None else None
     if guard is not None:
         path = guard.contain(path, what="group path")
         guard.will_create(path, absent=True if is_remote(path) and guard.known_absent(path) else None)
+    if not is_remote(path) and write_group_if_absent(Path(path), zarr_format):
+        return None  # made or found without zarr's event loop (skeleton.py)
     return zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
 
 
