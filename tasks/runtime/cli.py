@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("workflow")
     p.add_argument("--executor", choices=EXECUTOR_KINDS)
     _add_set(p)
-    p.add_argument("--dry-run", action="store_true", help="validate and list the steps, run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="plan every step and size it (units, bytes, memory, worker-hours), run nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: the sizes as JSON")
     p.add_argument("--overwrite", action="store_true", help="replace outputs written with other parameters")
     p.add_argument("--step", action="append", help="run only this step (repeatable)")
 

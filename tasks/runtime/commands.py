@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if wf.for_each is not None:  # the steps once per dataset found
         run_for_each(wf, overwrite=args.overwrite, dry_run=args.dry_run)
     else:
-        run_workflow(wf, overwrite=args.overwrite, dry_run=args.dry_run, only=args.step)
+        run_workflow(wf, overwrite=args.overwrite, dry_run=args.dry_run, only=args.step, as_json=args.json)
     return 0
 
 

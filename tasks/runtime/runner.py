@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..errors import InputError
 from .engine import StepOptions, StepReport, run_step
 from .executors import Executor
 from .provenance import record_step, step_entry
@@ -39,11 +40,21 @@ def steps_hash(wf: Workflow) -> str:
 
 
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
-                 only: list[str] | None = None) -> list[StepReport]:
+                 only: list[str] | None = None, as_json: bool = False) -> list[StepReport]:
     """The steps of one workflow (a ``for_each`` workflow goes through scheduler.run_for_each,
-    which calls ``run_steps`` per dataset)."""
+    which calls ``run_steps`` per dataset). A dry run sizes every step (sizing.py); a step whose
+    run would stop on bad input makes it fail as the run would, after the table."""
     if dry_run:
-        print_dry_run(wf, only)
+        from .sizing import print_sizes, size_workflow
+
+        if not as_json:
+            print_dry_run(wf, only)
+            print()
+        sizes = size_workflow(wf, only)
+        print_sizes(sizes, as_json)
+        failed = next((s for s in sizes if s.error), None)
+        if failed is not None:
+            raise InputError(f"step {failed.step}: {failed.error}")
         return []
     with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor:
         return run_steps(wf, executor, overwrite, only)

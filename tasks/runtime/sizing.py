@@ -1,0 +1,212 @@
+"""``zarrmill run --dry-run``: the size of each step before anything is asked of a cluster.
+
+Each step is planned for real, with its output in a scratch folder (a step that adds to its input
+plans on a copy of the input's metadata): its units, the bytes its input holds, the bytes its
+arrays hold uncompressed, the memory its largest unit declares. A few units then run into the
+scratch folder, timed, which gives worker-hours (mean seconds per unit x units) and the
+compression ratio (bytes on disk / bytes written), so the bytes the output will take on disk. A
+step whose input an earlier step makes is planned on that step's scratch output, finished there
+(its metadata, from empty arrays), and says so. Nothing is written anywhere else; the scratch
+folder is removed. The real output is never touched."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ZarrmillError
+from ..io.storage.guard import open_guard
+from ..io.storage.location import is_remote
+from .contract import PlanContext, TaskParams
+from .registry import get_task
+from .unit_stream import as_stream
+from .workflow import Workflow
+
+SAMPLE_UNITS = 3
+METADATA_FILES = {"zarr.json", ".zattrs", ".zarray", ".zgroup"}
+
+
+@dataclass
+class StepSize:
+    step: str
+    task: str
+    units: int | None = None
+    input_bytes: int | None = None
+    output_bytes: int | None = None  # the output's arrays, uncompressed
+    disk_bytes: int | None = None  # estimated from the sample's compression
+    unit_memory: int | None = None  # the largest unit's declared bytes
+    worker_hours: float | None = None
+    sampled: int = 0
+    plan_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def size_workflow(wf: Workflow, only: list[str] | None = None) -> list[StepSize]:
+    scratch = Path(tempfile.mkdtemp(prefix="zarrmill-dry-run-"))
+    made: dict[str, tuple[str, Path]] = {}  # real output location -> (step, scratch output)
+    try:
+        return [_size_step(s, scratch / f"{i}", made, later=_needed_later(wf, s.name))
+                for i, s in enumerate(wf.steps) if not only or s.name in only]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # our own temporary folder
+
+
+def _needed_later(wf: Workflow, name: str) -> bool:
+    return any(name in s.needs for s in wf.steps)
+
+
+def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], later: bool) -> StepSize:
+    task = get_task(step.task)
+    size = StepSize(step.name, step.task)
+    params = step.params
+    update: dict[str, Any] = {}
+    for name in type(params).model_fields:  # inputs an earlier step makes: its scratch output
+        value = getattr(params, name)
+        if isinstance(value, str) and value in made:
+            earlier, path = made[value]
+            update[name] = str(path)
+            size.notes.append(f"{name} is made by step {earlier}: sized from that step's plan")
+    missing = [str(p) for p in params.model_copy(update=update).input_paths()
+               if not is_remote(p) and not Path(p).exists()]
+    if missing:
+        size.notes.append(f"not sized: its input {missing[0]} does not exist yet")
+        return size
+    out = scratch / "out"
+    if params.writes_in_place():
+        if is_remote(params.ledger_root()):
+            size.notes.append("not sized: it adds to a store in a bucket")
+            return size
+        _copy_metadata(Path(update.get("input", params.ledger_root())), out)
+        update["input"] = str(out)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        update["output"] = str(out)
+    dry = params.model_copy(update=update)
+    size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if not is_remote(p) and str(p) != str(out))
+    t0 = time.monotonic()
+    try:
+        plan = _plan(task, dry, step.name, size)
+    except ZarrmillError as err:
+        size.error = str(err)
+        return size
+    size.plan_seconds = time.monotonic() - t0
+    total = plan.size()
+    size.units, size.unit_memory = total.units, total.largest or None
+    before = _arrays_bytes(out)[1]
+    size.output_bytes = _arrays_bytes(out)[0]
+    _sample(task, dry, plan, out, before, size)
+    if later and task.finish is not None:
+        task.finish(dry, PlanContext(step=step.name))
+        real = params.output_path() if not params.writes_in_place() else params.ledger_root()
+        made[str(real)] = (step.name, out)
+    return size
+
+
+def _plan(task: Any, params: TaskParams, step: str, size: StepSize) -> Any:
+    """The step's plan into the scratch output; a plate with missing files is sized as if
+    ``missing: zeros`` (and the error said), so its size is known before the folder is complete."""
+    guard = open_guard(params.ledger_root(), params.input_paths(), in_place=params.writes_in_place())
+    guard.claim(step)
+    try:
+        return as_stream(task.plan(params, PlanContext(step=step, guard=guard)))
+    except ZarrmillError as err:
+        if getattr(params, "missing", None) != "error" or "missing" not in str(err):
+            raise
+        size.error = str(err)
+        size.notes.append("sized as with missing: zeros")
+        return as_stream(task.plan(params.model_copy(update={"missing": "zeros"}), PlanContext(step=step, guard=guard)))
+
+
+def _sample(task: Any, params: TaskParams, plan: Any, out: Path, disk_before: int, size: StepSize) -> None:
+    """A few units of the first stage, run into the scratch output and timed."""
+    stages = plan.stages()
+    units = list(islice(plan.units(stages[0]), SAMPLE_UNITS)) if stages else []
+    written, seconds = 0, 0.0
+    for unit in units:
+        t0 = time.monotonic()
+        written += int(task.run_unit(params, unit) or 0)
+        seconds += time.monotonic() - t0
+    size.sampled = len(units)
+    if units:
+        size.worker_hours = seconds / len(units) * len(plan) / 3600
+    on_disk = _arrays_bytes(out)[1] - disk_before
+    if written and size.output_bytes is not None:
+        size.disk_bytes = int(size.output_bytes * on_disk / written)
+    elif units:
+        size.notes.append("the sample wrote nothing (missing files?): bytes on disk not estimated")
+
+
+def _arrays_bytes(root: Path) -> tuple[int, int]:
+    """(bytes of every array under ``root`` uncompressed, bytes of the files there)."""
+    arrays = files = 0
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            files += os.path.getsize(path)
+            if name in ("zarr.json", ".zarray"):
+                meta = json.loads(Path(path).read_bytes())
+                if name == ".zarray" or meta.get("node_type") == "array":
+                    dtype = meta.get("dtype") or meta.get("data_type")
+                    arrays += math.prod(meta["shape"]) * np.dtype(dtype).itemsize
+    return arrays, files
+
+
+def _tree_bytes(path: Any) -> int:
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(dirpath, n)) for n in names)
+    return total
+
+
+def _copy_metadata(src: Path, dst: Path) -> None:
+    """The zarr metadata of ``src`` (no chunk) into ``dst``: a store to plan an in-place step on."""
+    for dirpath, dirnames, names in os.walk(src):
+        dirnames[:] = [d for d in dirnames if d != ".zarrmill"]
+        target = dst / os.path.relpath(dirpath, src)
+        for name in names:
+            if name in METADATA_FILES:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(os.path.join(dirpath, name), target / name)
+
+
+def print_sizes(sizes: list[StepSize], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([asdict(s) for s in sizes], indent=2))
+        return
+    rows = [("step", "task", "units", "reads", "writes", "on disk (est.)", "unit memory", "worker-hours")]
+    for s in sizes:
+        rows.append((s.step, s.task, _n(s.units), _gb(s.input_bytes), _gb(s.output_bytes), _gb(s.disk_bytes),
+                     _gb(s.unit_memory), "?" if s.worker_hours is None else f"{s.worker_hours:.2f}"))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    for s in sizes:
+        for note in s.notes:
+            print(f"{s.step}: {note}")
+        if s.sampled:
+            print(f"{s.step}: planned in {s.plan_seconds:.1f} s; {s.sampled} units run as a sample for the estimates")
+        if s.error:
+            print(f"{s.step}: the run would stop on its input (the error below)")
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def _gb(value: int | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value / 1e9:.2f} GB" if value >= 1e8 else f"{value / 1e6:.1f} MB"
