@@ -21,8 +21,9 @@ import numpy as np
 import zarr
 
 from . import ingest_wells, pyramid, reshard
-from .ingest_params import PATTERN_OPTIONS, Params, refuse_foreign_options
-from .errors import ConfigError, InputError
+from .ingest_acquisition import planned_acquisition, read_acquisition
+from .ingest_params import Params
+from .errors import ConfigError
 from .io.ngff.acquisition import Acquisition
 from .io.storage.arrays import (
     ArraySpec,
@@ -32,7 +33,6 @@ from .io.storage.arrays import (
     open_for_write,
     write_region,
 )
-from .io.readers.registry import ReadOptions, reader
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,
@@ -45,8 +45,7 @@ from .io.ngff.hcs import (
     write_plate,
 )
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
-from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
-from .io.readers.planes import plane_exists, plane_header, planes_present, read_plane_into
+from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.readers.volume import open_volume
 from .runtime.budget import REGION_COPIES, holds
 from .runtime.contract import THREADS, PlanContext, Unit
@@ -61,78 +60,6 @@ WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside t
 # the acquisition a plan read, for the finish of the same run (one entry: popped by finish, and
 # replaced by every plan, so a later run never sees an earlier run's)
 _PLANNED: dict[str, Acquisition] = {}
-
-# -- reading the acquisition (driver) -------------------------------------------------------------
-def read_acquisition(p: Params) -> Acquisition:
-    fmt = p.resolved_format()
-    plate_reader = reader(fmt)
-    refuse_foreign_options(p, fmt, plate_reader.options if plate_reader else PATTERN_OPTIONS.get(fmt, frozenset()))
-    if plate_reader is not None:
-        shape = tuple(p.plate_shape) if "plate_shape" in p.model_fields_set else None
-        acq = plate_reader.read(Path(p.input), ReadOptions(*p.pixel_size_override(), mlf=p.mlf, mrf=p.mrf,
-                                                           projections=p.projections == "only", plate_shape=shape))
-    else:
-        first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
-        acq = _read_pattern(p, first)
-    acq.well_names = p.well_names
-    if p.channel_names:
-        if len(p.channel_names) != acq.n_c:
-            raise ConfigError(f"channel_names has {len(p.channel_names)} names but the data has {acq.n_c} channels")
-        for ch, name in zip(acq.channels, p.channel_names):
-            ch.label = name
-    return acq
-
-
-def _read_pattern(p: Params, first: Path | None) -> Acquisition:
-    sample = next((f for f, _ in pattern_files(Path(p.input), p.pattern or "")), first)
-    if sample is None:
-        raise InputError(f"{p.input}: empty folder")
-    shape, dtype = plane_header(sample)
-    px = p.pixel_size or [1.0, 1.0]
-    z_step = px[0] if len(px) == 3 else 1.0
-    acq = read_pattern_series(Path(p.input), p.pattern or "", (px[-2], px[-1]), z_step,
-                              Path(p.positions) if p.positions else None, 1, shape, dtype,
-                              p.plate_shape[0], p.plate_shape[1], None)
-    if not p.positions:  # lay fields out on a grid (documented fallback without positions)
-        n_fields = max(len(f) for f in acq.wells().values())
-        cols = p.grid_columns or math.ceil(math.sqrt(n_fields))
-        acq = read_pattern_series(Path(p.input), p.pattern or "", (px[-2], px[-1]), z_step, None, cols,
-                                  shape, dtype, p.plate_shape[0], p.plate_shape[1], None)
-    return acq
-
-
-def validate_files(p: Params, acq: Acquisition) -> np.ndarray:
-    """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes;
-    whether each plane's file is there (one listing per folder, planes.planes_present)."""
-    present = planes_present(acq.table)
-    if not present.all() and p.missing == "error":
-        missing = np.unique(acq.table.names[~present])
-        shown = [acq.table.path(int(np.flatnonzero(acq.table.names == n)[0])) for n in missing[:MAX_LISTED]]
-        what = ("planes are missing from the series" if Path(shown[0]).name.startswith(MISSING_PREFIX)
-                else "listed files are missing")
-        raise InputError(f"{len(missing)} {what}, e.g. {_names(shown, len(missing))} "
-                         f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
-    if acq.unlisted and not p.allow_extra_files:
-        raise InputError(f"{acq.source}: {len(acq.unlisted)} image files are not listed in this metadata, e.g. "
-                         f"{_names(acq.unlisted)} (wrong metadata file? set allow_extra_files: true to ignore them)")
-    if p.check_headers:
-        expected = (tuple(acq.image_shape_yx), acq.dtype)
-        bad = []
-        for path in sorted(set(acq.table.paths(np.flatnonzero(present)))):
-            found = plane_header(path)
-            if (tuple(found[0]), found[1]) != expected:
-                bad.append(f"{Path(path).name} {found[0][0]}x{found[0][1]} {found[1]}")
-        if bad:
-            raise InputError(f"{len(bad)} files differ from the expected {expected[0][0]}x{expected[0][1]} "
-                             f"{expected[1]}: {', '.join(bad[:MAX_LISTED])}")
-    return present
-
-
-def _names(paths: list[str], total: int | None = None) -> str:
-    total = len(paths) if total is None else total
-    shown = ", ".join(Path(x).name for x in paths[:MAX_LISTED])
-    return shown + (f" and {total - MAX_LISTED} more" if total > MAX_LISTED else "")
-
 
 def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     shape = field_shape(acq)
@@ -152,8 +79,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
         if p.layout == "well":
             raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")
         return _plan_image(p, ctx)
-    acq = read_acquisition(p)
-    validate_files(p, acq)
+    acq = planned_acquisition(p, ctx)
     _PLANNED[p.model_dump_json()] = acq  # finish uses it: the acquisition is read once per run
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)

@@ -115,6 +115,7 @@ class PlanContext:
     resume: bool = False
     overwrite: bool = False
     guard: OutputGuard | None = None  # every node the plan creates or replaces goes through it
+    saved: Any = None  # runtime/saved_plan.SavedPlan: what this plan read, kept for a resume
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from .resume import prepare_output, remove_partial_files, same_step, step_record
 from .locks import Lease, Locked, open_lock
 from .progress import Progress
 from .unit_runners import runner_for
+from .saved_plan import FILE as PLAN_FILE, SavedPlan, plan_key
 from .unit_stream import UnitStream, as_stream
 
 log = logging.getLogger("zarrmill")
@@ -159,7 +160,10 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
         _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
     resume = prepare_output(step, guard, ledger, old, rec, same, opts.overwrite, opts.upstream_changed)
 
-    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard)
+    saved = SavedPlan(ledger.dir / PLAN_FILE, plan_key(task.name, task.version, rec.params, rec.inputs),
+                      usable=resume and not changed)
+    ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard,
+                      saved=saved)
     done = ledger.done_ids() if resume and not changed else set()
     rec.state = "planning"
     guard.make_dirs(ledger.dir)

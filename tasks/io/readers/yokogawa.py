@@ -10,6 +10,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -203,3 +204,8 @@ def _well_name(filename: str) -> str | None:
     return match.group(1) if match else None
 
 
+
+
+def saved_converters(mlf: str) -> tuple[Callable[[str], str], Callable[[str], str | None]]:
+    """The converters ``read_measurement`` attaches to its plane table, for one saved (saved.py)."""
+    return (lambda text: utc(text, Path(mlf))), _well_name
