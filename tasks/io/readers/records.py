@@ -252,16 +252,14 @@ def _warn_absent(tb: PlaneTable, source: object) -> None:
     is its own plate acquisition (``Acquisition.parts``)."""
     tb = tb.sorted()
     wells = tb.boundaries("row", "col")
-    short = []
-    for a, b in zip(wells[:-1].tolist(), wells[1:].tolist()):
-        grid = math.prod(len(np.unique(getattr(tb, n)[a:b])) for n in ("t", "c", "z"))
-        fields = tb.take(slice(a, b)).boundaries("field")
-        counts = np.diff(fields)
-        if (counts < grid).any():
-            for start, n in zip(fields[:-1].tolist(), counts.tolist()):
-                if n < grid:
-                    short.append(f"{row_name(int(tb.row[a]))}{int(tb.col[a]):02d} field {int(tb.field[a + start])} "
-                                 f"({grid - n} of {grid})")
+    fields = tb.boundaries("row", "col", "field")
+    counts = np.diff(fields)
+    # the planes of the well's own (t x c x z) grid, for each well
+    grids = np.array([math.prod(len(np.unique(getattr(tb, n)[a:b])) for n in ("t", "c", "z"))
+                      for a, b in zip(wells[:-1].tolist(), wells[1:].tolist())], dtype=np.int64)
+    grid_of_field = grids[np.searchsorted(wells, fields[:-1], side="right") - 1]
+    short = [f"{row_name(int(tb.row[a]))}{int(tb.col[a]):02d} field {int(tb.field[a])} ({g - n} of {g})"
+             for a, n, g in zip(fields[:-1].tolist(), counts.tolist(), grid_of_field.tolist()) if n < g]
     if short:
         warn(source, f"{len(short)} fields lack planes the others have, written as zeros: {listed(short)}")
 
