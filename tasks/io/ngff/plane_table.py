@@ -55,6 +55,7 @@ class PlaneTable:
     # converts every time of millions of planes spends seconds on values nobody reads)
     time_text: Callable[[str], str] | None = field(default=None, repr=False)
     well_of_name: Callable[[str], str | None] | None = field(default=None, repr=False)
+    ordered: bool = field(default=False, repr=False)  # known to be in plate order (``sorted``)
 
     def __len__(self) -> int:
         return len(self.row)
@@ -86,15 +87,19 @@ class PlaneTable:
                           time_text=self.time_text, well_of_name=self.well_of_name)
 
     def sorted(self) -> "PlaneTable":
-        order = np.lexsort((self.z, self.c, self.t, self.field, self.col, self.row))
-        if len(order) and np.all(order[1:] > order[:-1]):
+        if self.ordered:
             return self
-        return self.take(order)
+        order = np.lexsort((self.z, self.c, self.t, self.field, self.col, self.row))
+        out = self if np.all(order[1:] > order[:-1]) else self.take(order)
+        out.ordered = True
+        return out
 
-    def with_columns(self, **columns: np.ndarray) -> "PlaneTable":
+    def with_columns(self, ordered: bool = False, **columns: np.ndarray) -> "PlaneTable":
+        """A copy with ``columns`` replaced; ``ordered``: the new values keep the plate order."""
         out = self.take(slice(None))
         for name, values in columns.items():
             setattr(out, name, values)
+        out.ordered = self.ordered and ordered
         return out
 
     def path(self, i: int) -> str:

@@ -293,7 +293,14 @@ def _columns_of(records: list[dict], folder: Path, path: Path, errors: list[str]
 
 
 def _concat(pieces: list[MlfColumns]) -> MlfColumns:
+    """One column at a time, each piece's column let go once copied: the peak is the columns plus
+    one column, not twice the columns."""
     if not pieces:
         return _columns_of([], Path("/"), Path("/"), [])
-    return MlfColumns(*(np.concatenate([getattr(p, c) for p in pieces]) for c in COLUMNS),
-                      errors=[e for p in pieces for e in p.errors])
+    errors = [e for p in pieces for e in p.errors]
+    columns = []
+    for name in COLUMNS:
+        columns.append(np.concatenate([getattr(p, name) for p in pieces]))
+        for p in pieces:
+            setattr(p, name, None)
+    return MlfColumns(*columns, errors=errors)

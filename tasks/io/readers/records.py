@@ -101,18 +101,17 @@ def z_step_from_stage(tb: PlaneTable, source: object) -> float:
     """The median step of each field's own stack (stage z by z index); 1.0 with a warning when no
     field has two planes with stage z; the median, with a warning, when fields disagree. Planes
     without a stage z have NaN in ``tb.z_um``."""
-    has = ~np.isnan(tb.z_um)
+    tb = tb.sorted()  # stacks are runs, in z order
     n_z = len(np.unique(tb.z))
-    sub = tb.take(np.flatnonzero(has))
-    order = np.lexsort((sub.z, sub.c, sub.t, sub.field, sub.col, sub.row))
-    stack = np.zeros(len(order), np.int64)
-    if len(order):
-        same = np.ones(len(order) - 1, bool)
+    has = ~np.isnan(tb.z_um)
+    if has.any():
+        same = np.ones(len(tb) - 1, bool)
         for name in ("row", "col", "field", "t", "c"):
-            a = getattr(sub, name)[order]
+            a = getattr(tb, name)
             same &= a[1:] == a[:-1]
-        stack[1:] = np.cumsum(~same)
-        diffs = np.abs(np.diff(sub.z_um[order]))[same]
+        same &= has[1:] & has[:-1]  # a plane without stage z is no step
+        stack = np.r_[0, np.cumsum(~same)]
+        diffs = np.abs(np.diff(tb.z_um))[same]
         groups = stack[1:][same]
     else:
         diffs = groups = np.zeros(0)
@@ -203,6 +202,7 @@ def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name
     the position of the plane's channel in ``channels``, z_um NaN where not recorded."""
     if not len(tb):
         raise InputError(f"{source}: no image records")
+    tb = tb.sorted()  # plate order once: every check below walks runs of it
     n_rows, n_cols = plate
     for what, value in (("pixel size y", pixel_size_yx[0]), ("pixel size x", pixel_size_yx[1])):
         finite(value, what, source, positive=True)
@@ -221,8 +221,8 @@ def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name
     present = np.unique(tb.c)
     ts, zs = np.unique(tb.t), np.unique(tb.z)
     _warn_absent(tb, source)
-    tb = tb.with_columns(t=np.searchsorted(ts, tb.t), c=np.searchsorted(present, tb.c),
-                         z=np.searchsorted(zs, tb.z), z_um=np.nan_to_num(tb.z_um, nan=0.0))
+    tb = tb.with_columns(t=np.searchsorted(ts, tb.t), c=np.searchsorted(present, tb.c),  # order kept
+                         z=np.searchsorted(zs, tb.z), z_um=np.nan_to_num(tb.z_um, nan=0.0), ordered=True)
     acq = Acquisition(name=name, planes=tb, channels=[channels[keys[k]] for k in present.tolist()],
                       pixel_size_yx=pixel_size_yx, z_step=z_step, image_shape_yx=image_shape_yx, dtype=dtype,
                       n_rows=n_rows, n_cols=n_cols, bit_depth=bit_depth, source=str(source))
@@ -231,15 +231,15 @@ def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name
 
 
 def _refuse_duplicates(tb: PlaneTable, channels: dict[Hashable, Channel], source: object) -> None:
-    """Two records for one (well, field, t, channel, z): one line naming both files."""
-    order = np.lexsort((tb.z, tb.c, tb.t, tb.field, tb.col, tb.row))
-    same = np.ones(max(len(order) - 1, 0), bool)
+    """Two records for one (well, field, t, channel, z): one line naming both files, the earlier
+    record first (``tb`` in plate order, equal keys in record order)."""
+    same = np.ones(max(len(tb) - 1, 0), bool)
     for name in ("row", "col", "field", "t", "c", "z"):
-        a = getattr(tb, name)[order]
+        a = getattr(tb, name)
         same &= a[1:] == a[:-1]
     dup = np.flatnonzero(same)
     if len(dup):
-        i, j = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+        i, j = int(dup[0]), int(dup[0]) + 1
         channel = list(channels)[int(tb.c[i])]
         raise InputError(f"{source}: {Path(tb.path(i)).name} and {Path(tb.path(j)).name} are both well "
                          f"{row_name(int(tb.row[i]))}{int(tb.col[i]):02d}, field {int(tb.field[i])}, time point "

@@ -300,7 +300,15 @@ def block_regions(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[
 def group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int,
                   target_bytes: int) -> list[tuple[tuple[int, int], ...]]:
     """Regions made of whole blocks, grown along the leading axes up to ~``target_bytes``, so a
-    unit is seconds of work (not one tiny chunk) yet never splits a block between two units."""
+    unit is seconds of work (not one tiny chunk) yet never splits a block between two units.
+    The list is shared by every caller asking the same (a plate's wells do): never change it."""
+    return _group_regions(tuple(int(s) for s in shape), tuple(int(b) for b in block), int(itemsize),
+                          int(target_bytes))
+
+
+@lru_cache(maxsize=32)
+def _group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int,
+                   target_bytes: int) -> list[tuple[tuple[int, int], ...]]:
     grown = list(block)
     for axis in range(len(shape)):
         block_bytes = math.prod(min(g, s) for g, s in zip(grown, shape)) * itemsize
