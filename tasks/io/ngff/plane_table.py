@@ -94,6 +94,20 @@ class PlaneTable:
         out.ordered = True
         return out
 
+    def sort(self) -> "PlaneTable":
+        """``sorted`` in place, one column at a time: a full plate's table is ~400 MB, and a sorted
+        copy beside it doubled the driver's peak. Only for a table nothing else holds yet."""
+        if not self.ordered:
+            order = np.lexsort((self.z, self.c, self.t, self.field, self.col, self.row))
+            if not np.all(order[1:] > order[:-1]):
+                for name in INT_COLUMNS + FLOAT_COLUMNS + ("names", "times", "wells"):
+                    column = getattr(self, name)
+                    if column is not None:
+                        setattr(self, name, column[order])
+                        del column
+            self.ordered = True
+        return self
+
     def with_columns(self, ordered: bool = False, **columns: np.ndarray) -> "PlaneTable":
         """A copy with ``columns`` replaced; ``ordered``: the new values keep the plate order."""
         out = self.take(slice(None))

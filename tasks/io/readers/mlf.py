@@ -190,7 +190,9 @@ def read_mlf(path: Path, folder: Path) -> MlfColumns:
         if layout is None:
             return _columns_of(parse_mlf(path, errors := []), folder, path, errors)
         fh.seek(body_start)
-        pieces: list[MlfColumns] = []
+        # the records of a 32 MB chunk go straight into columns sized for the whole file (~one
+        # record per len(first record) bytes), not into pieces concatenated at the end (2x the peak)
+        columns = _Columns(os.path.getsize(path) // max(len(head) // max(head.count(RECORD_END), 1), 1))
         rest = b""
         while True:
             data = fh.read(CHUNK)
@@ -201,11 +203,11 @@ def read_mlf(path: Path, folder: Path) -> MlfColumns:
             cut = 0 if cut < 0 else cut + len(RECORD_END)
             chunk, rest = block[:cut], block[cut:]
             if chunk:
-                pieces.append(_chunk_columns(chunk, layout, path, folder))
+                columns.add(_chunk_columns(chunk, layout, path, folder))
     tail = rest.strip()
     if tail != ROOT_END:  # truncated, or something after the records: the element path says what
         return _columns_of(parse_mlf(path, errors := []), folder, path, errors)
-    out = _concat(pieces)
+    out = columns.result()
     if not len(out):
         raise InputError(f"{path}: no image records (bts:MeasurementRecord with bts:Type=IMG)")
     return out
@@ -292,15 +294,38 @@ def _columns_of(records: list[dict], folder: Path, path: Path, errors: list[str]
                       col("projection", bool), errors)
 
 
-def _concat(pieces: list[MlfColumns]) -> MlfColumns:
-    """One column at a time, each piece's column let go once copied: the peak is the columns plus
-    one column, not twice the columns."""
-    if not pieces:
-        return _columns_of([], Path("/"), Path("/"), [])
-    errors = [e for p in pieces for e in p.errors]
-    columns = []
-    for name in COLUMNS:
-        columns.append(np.concatenate([getattr(p, name) for p in pieces]))
-        for p in pieces:
-            setattr(p, name, None)
-    return MlfColumns(*columns, errors=errors)
+class _Columns:
+    """Columns filled piece by piece, grown by half when the estimate was short (and a text column
+    widened when a piece's values are longer)."""
+
+    def __init__(self, estimate: int):
+        self.capacity, self.n = max(int(estimate * 1.02), 1024), 0
+        self.arrays: dict[str, np.ndarray] = {}
+        self.errors: list[str] = []
+
+    def add(self, piece: MlfColumns) -> None:
+        self.errors += piece.errors
+        end = self.n + len(piece)
+        if end > self.capacity:
+            self.capacity = max(end, int(self.capacity * 1.5))
+            for name, a in self.arrays.items():
+                grown = np.empty(self.capacity, a.dtype)
+                grown[:self.n] = a[:self.n]
+                self.arrays[name] = grown
+        for name in COLUMNS:
+            values = getattr(piece, name)
+            a = self.arrays.get(name)
+            if a is None or a.dtype.itemsize < values.dtype.itemsize and a.dtype.kind == "S":
+                wider = np.empty(self.capacity, values.dtype if a is None else values.dtype)
+                if a is not None:
+                    wider[:self.n] = a[:self.n]
+                a = self.arrays[name] = wider
+            a[self.n:end] = values
+        self.n = end
+
+    def result(self) -> MlfColumns:
+        if not self.arrays:
+            return _columns_of([], Path("/"), Path("/"), self.errors)
+        trim = self.n < 0.9 * self.capacity  # a view of a much larger buffer would keep it all
+        cols = [self.arrays[name][:self.n].copy() if trim else self.arrays[name][:self.n] for name in COLUMNS]
+        return MlfColumns(*cols, errors=self.errors)

@@ -202,7 +202,7 @@ def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name
     the position of the plane's channel in ``channels``, z_um NaN where not recorded."""
     if not len(tb):
         raise InputError(f"{source}: no image records")
-    tb = tb.sorted()  # plate order once: every check below walks runs of it
+    tb = tb.sort()  # plate order once, in place (the reader's own table): every check walks runs of it
     n_rows, n_cols = plate
     for what, value in (("pixel size y", pixel_size_yx[0]), ("pixel size x", pixel_size_yx[1])):
         finite(value, what, source, positive=True)
