@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Iterator, Annotated, Literal
 
 import numpy as np
 import zarr
@@ -45,6 +45,7 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .runtime.budget import holds
+from .runtime.unit_stream import Batch
 from .runtime.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
 from .io.storage.location import zarr_url
 
@@ -218,15 +219,39 @@ def _level_units(image: str, prev: str, specs: list[tuple[tuple[int, ...], Array
                  itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Unit]:
     """Units building each level of ``specs`` from the one before as stored, starting from ``prev``;
     the first of them in stage ``first_stage``."""
-    units: list[Unit] = []
+    return [unit for batch in _level_batches(image, prev, specs, method, itemsize, unit_mb, first_stage, sparse)
+            for unit in batch.make()]
+
+
+def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
+                   itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Batch]:
+    """``_level_units`` as one batch per level, made when handed out (runtime/unit_stream.py)."""
+    batches = []
     for k, (factors, spec, level) in enumerate(specs):
-        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))):
-            units.append({"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
-                          "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                          "method": method, "sparse": sparse, "region": [list(r) for r in reg],
-                          "memory": holds(reg, itemsize)})
+        regions = group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))
+        sizes = [holds(reg, itemsize) for reg in regions]
+
+        def make(regions=regions, k=k, factors=factors, level=level, prev=prev) -> Iterator[Unit]:
+            for i, reg in enumerate(regions):
+                yield {"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
+                       "image": image, "src": prev, "dst": level.path, "factors": list(factors),
+                       "method": method, "sparse": sparse, "region": [list(r) for r in reg],
+                       "memory": holds(reg, itemsize)}
+
+        def ids(n=len(regions), level=level) -> Iterator[str]:
+            return (f"{image or '.'}:{level.path}:{i}" for i in range(n))
+
+        batches.append(Batch(first_stage + k, len(regions), max(sizes, default=0), sum(sizes), all(sizes), ids, make))
         prev = level.path
-    return units
+    return batches
+
+
+def image_level_batches(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+                        first_stage: int = 1, sparse: bool = False) -> list[Batch]:
+    """``plan_image_levels`` for a plan too large to hold its units (a full plate's wells)."""
+    method, arr0, specs = _create_levels(p, base, image, meta, ctx)
+    return _level_batches(image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+                          first_stage, sparse)
 
 
 def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,

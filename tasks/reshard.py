@@ -213,8 +213,9 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
 
     stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes),
                            lambda: (f"{well.path}:0:{i}" for i in range(len(sizes))), make))
-    stream.add(pyramid.plan_image_levels(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                         well.image_meta(image, version), ctx, sparse=True))
+    for batch in pyramid.image_level_batches(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+                                             well.image_meta(image, version), ctx, sparse=True):
+        stream.add_batch(batch)
 
 
 def run_unit(p: Params, unit: Unit) -> int:
