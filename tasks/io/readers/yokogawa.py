@@ -181,6 +181,7 @@ def read_measurement(folder: Path, mlf: str | None, mrf: str | None, projections
     table = PlaneTable(cols.row, cols.col, cols.field, cols.t, code, cols.z, cols.x, -cols.y, cols.z_um,
                        names=cols.names, folder=str(resolved), times=cols.times,
                        time_text=lambda text: utc(text, mlf_path), well_of_name=_well_name)
+    del cols, code  # the table is the only holder now: it is sorted in place, column by column
     return table_acquisition(table, channels, **common)
 
 
