@@ -80,6 +80,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
             raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")
         return _plan_image(p, ctx)
     acq = planned_acquisition(p, ctx)
+    _PLANNED.clear()  # one entry at most: a plan that failed after this leaves nothing behind for long
     _PLANNED[p.model_dump_json()] = acq  # finish uses it: the acquisition is read once per run
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)

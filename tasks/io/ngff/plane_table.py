@@ -68,14 +68,10 @@ class PlaneTable:
         def floats(name: str) -> np.ndarray:
             return np.fromiter((getattr(p, name) or 0.0 for p in planes), np.float64, len(planes))
 
-        def texts(name: str) -> np.ndarray | None:
-            values = [getattr(p, name) for p in planes]
-            return None if all(v is None for v in values) else np.array(
-                [b"" if v is None else v.encode() for v in values], dtype=bytes)
-
         names = np.array([os.fsencode(p.path) for p in planes] or [b""], dtype=bytes)[:len(planes)]
         return cls(*(ints(n) for n in INT_COLUMNS), *(floats(n) for n in FLOAT_COLUMNS), names=names,
-                   times=texts("time"), wells=texts("well_name")).sorted()
+                   times=text_column([p.time for p in planes]),
+                   wells=text_column([p.well_name for p in planes])).sorted()
 
     def take(self, index: np.ndarray | slice) -> "PlaneTable":
         """The planes at ``index`` (kept in their order), sharing the folder and converters."""
@@ -160,6 +156,13 @@ class PlaneTable:
     def nbytes(self) -> int:
         arrays = [getattr(self, n) for n in INT_COLUMNS + FLOAT_COLUMNS] + [self.names, self.times, self.wells]
         return sum(a.nbytes for a in arrays if a is not None)
+
+
+def text_column(values: Sequence[str | None]) -> np.ndarray | None:
+    """Optional text per plane as bytes (b"" for none); None when no plane has one."""
+    if all(v is None for v in values):
+        return None
+    return np.array([b"" if v is None else v.encode() for v in values], dtype=bytes)
 
 
 class FieldPlanes(Sequence[Plane]):

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...errors import InputError, warn
 from ..ngff.acquisition import Acquisition, Channel, PlaneTable, row_name
+from ..ngff.plane_table import text_column
 
 MAX_LISTED = 5
 # standard plate formats (rows, columns): the smallest that holds every well when none is recorded
@@ -182,16 +183,10 @@ def to_acquisition(records: list[Record], channels: dict[Hashable, Channel], *, 
                        column(lambda r: r.x_um, np.float64), column(lambda r: r.y_um, np.float64),
                        column(lambda r: np.nan if r.z_um is None else r.z_um, np.float64),
                        names=np.array([os.fsencode(r.path) for r in records], dtype=bytes),
-                       times=_texts([r.time for r in records]), wells=_texts([r.well_name for r in records]))
+                       times=text_column([r.time for r in records]), wells=text_column([r.well_name for r in records]))
     return table_acquisition(table, channels, name=name, source=source, pixel_size_yx=pixel_size_yx,
                              image_shape_yx=image_shape_yx, dtype=dtype, plate=plate, z_step=z_step,
                              bit_depth=bit_depth, unlisted=unlisted)
-
-
-def _texts(values: list[str | None]) -> np.ndarray | None:
-    if all(v is None for v in values):
-        return None
-    return np.array([b"" if v is None else v.encode() for v in values], dtype=bytes)
 
 
 def table_acquisition(tb: PlaneTable, channels: dict[Hashable, Channel], *, name: str, source: Path,
@@ -265,19 +260,9 @@ def _warn_absent(tb: PlaneTable, source: object) -> None:
 
 def unlisted_files(folder: Path, named: Iterable[Path], image_name: re.Pattern[str], depth: int = 2) -> list[str]:
     """Instrument-named image files in ``folder`` (and ``depth`` levels below) that no record names."""
-    named = {Path(p).resolve() for p in named}
-    found = []
-    level = [Path(folder)]
-    for _ in range(depth + 1):
-        nxt = []
-        for d in level:
-            for entry in sorted(d.iterdir()):
-                if entry.is_dir():
-                    nxt.append(entry)
-                elif image_name.search(entry.name) and entry.resolve() not in named:
-                    found.append(str(entry.relative_to(folder)))
-        level = nxt
-    return found
+    base = Path(folder).resolve()
+    names = [os.fsencode(os.path.relpath(Path(p).resolve(), base)) for p in named]
+    return unlisted_names(folder, np.array(names or [b""], dtype=bytes)[:len(names)], image_name, depth)
 
 
 def unlisted_names(folder: Path, names: np.ndarray, image_name: re.Pattern[str], depth: int = 2) -> list[str]:
