@@ -199,3 +199,20 @@ def test_dry_run_of_a_plate_with_missing_files_sizes_it_and_fails_as_the_run_wou
     assert re.search(r"ingest\s+ingest\s+\d+", dry.stdout), dry.stdout
     assert "1 listed files are missing" in dry.stderr and "Traceback" not in dry.stderr
     assert not (tmp_path / "p.zarr").exists()
+
+
+def test_a_folder_of_many_images_is_one_fingerprint_entry_that_still_sees_each_file(tmp_path, monkeypatch):
+    from zarrmill.io.storage import fingerprint as fp
+
+    monkeypatch.setattr(fp, "LISTED_UP_TO", 3)
+    raw = _plate(tmp_path)
+    first = fp.fingerprint([raw])
+    assert "raw/*" in first and "raw/MeasurementData.mlf" in first  # metadata files stay one by one
+    assert not any(k.endswith(".tif") for k in first)
+    tif = sorted(raw.glob("*.tif"))[3]
+    os.utime(tif, ns=(tif.stat().st_atime_ns, tif.stat().st_mtime_ns + 10**9))
+    assert fp.changed_files(first, fp.fingerprint([raw])) == ["raw/*"]
+    assert "files in raw/" in fp.describe_changes(["raw/*"])
+    second = fp.fingerprint([raw])
+    (raw / "extra_T0001F001L01A01Z01C01.tif").write_bytes(b"x")
+    assert fp.changed_files(second, fp.fingerprint([raw])) == ["raw/*"]
