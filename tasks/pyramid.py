@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator, Annotated, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import zarr
@@ -231,17 +231,14 @@ def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], Arr
         regions = group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))
         sizes = [holds(reg, itemsize) for reg in regions]
 
-        def make(regions=regions, k=k, factors=factors, level=level, prev=prev) -> Iterator[Unit]:
-            for i, reg in enumerate(regions):
-                yield {"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
-                       "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                       "method": method, "sparse": sparse, "region": [list(r) for r in reg],
-                       "memory": holds(reg, itemsize)}
+        def unit_of(i: int, regions=regions, k=k, factors=factors, level=level, prev=prev) -> Unit:
+            return {"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
+                    "image": image, "src": prev, "dst": level.path, "factors": list(factors),
+                    "method": method, "sparse": sparse, "region": [list(r) for r in regions[i]],
+                    "memory": holds(regions[i], itemsize)}
 
-        def ids(n=len(regions), level=level) -> Iterator[str]:
-            return (f"{image or '.'}:{level.path}:{i}" for i in range(n))
-
-        batches.append(Batch(first_stage + k, len(regions), max(sizes, default=0), sum(sizes), all(sizes), ids, make))
+        batches.append(Batch(first_stage + k, len(regions), max(sizes, default=0), sum(sizes), all(sizes),
+                             lambda i, level=level: f"{image or '.'}:{level.path}:{i}", unit_of))
         prev = level.path
     return batches
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Callable, Iterator
+from typing import Annotated, Callable
 
 import numpy as np
 import zarr
@@ -203,16 +203,17 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         return
     # many units per well: made when handed out (unit_stream.py), each listing only its own FOVs
     itemsize, unit_bytes = well.dtype.itemsize, int(p.unit_mb * 2**20)
-    sizes = [holds(reg, itemsize) for reg in group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)]
+    regions = group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)  # shared: never changed
+    sizes = [holds(reg, itemsize) for reg in regions]
 
-    def make() -> Iterator[Unit]:
-        for i, reg in enumerate(group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)):
-            yield complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path,
-                            "region": [list(r) for r in reg], "fovs": well.fovs_in(reg[n_lead:]),
-                            "memory": holds(reg, itemsize)})
+    def unit_of(i: int) -> Unit:
+        reg = regions[i]
+        return complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path,
+                         "region": [list(r) for r in reg], "fovs": well.fovs_in(reg[n_lead:]),
+                         "memory": holds(reg, itemsize)})
 
-    stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes),
-                           lambda: (f"{well.path}:0:{i}" for i in range(len(sizes))), make))
+    stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes), lambda i: f"{well.path}:0:{i}",
+                           unit_of))
     for batch in pyramid.image_level_batches(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
                                              well.image_meta(image, version), ctx, sparse=True):
         stream.add_batch(batch)

@@ -198,7 +198,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     try:
         runner = runner_for(client)
         for stage in plan.stages():
-            todo = (u for u in plan.units(stage) if u["id"] not in done)
+            todo = plan.units(stage, skip=done)  # done units are not even made
             for unit, nbytes, error in runner(task, params, todo, client, opts):
                 lock.check()  # taken over by another run: stop before recording or writing more
                 if error is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Container, Iterator
 
 from .budget import PlanSize, unit_memory
 from .contract import Unit
@@ -16,19 +16,28 @@ from .contract import Unit
 
 @dataclass(frozen=True)
 class Batch:
+    """``count`` units of one stage: the i-th unit's id (cheap) and the unit itself (made now)."""
+
     stage: int
     count: int
     largest: int  # bytes the largest unit declares
     total: int  # bytes all its units declare
     declared: bool  # every unit declares its bytes
-    ids: Callable[[], Iterable[str]]
-    make: Callable[[], Iterator[Unit]]
+    id_of: Callable[[int], str]
+    unit_of: Callable[[int], Unit]
 
     @classmethod
     def of(cls, units: list[Unit], stage: int) -> "Batch":
         sizes = [unit_memory(u) for u in units]
         return cls(stage, len(units), max(sizes, default=0), sum(sizes), all(sizes),
-                   lambda: (u["id"] for u in units), lambda: iter(units))
+                   lambda i: units[i]["id"], units.__getitem__)
+
+    def ids(self) -> Iterator[str]:
+        return (self.id_of(i) for i in range(self.count))
+
+    def make(self, skip: Container[str] = ()) -> Iterator[Unit]:
+        """The units whose id is not in ``skip`` (a resume's done units are never made)."""
+        return (self.unit_of(i) for i in range(self.count) if not skip or self.id_of(i) not in skip)
 
 
 class UnitStream:
@@ -58,10 +67,10 @@ class UnitStream:
     def stages(self) -> list[int]:
         return sorted({b.stage for b in self.batches})
 
-    def units(self, stage: int | None = None) -> Iterator[Unit]:
-        """Every unit of ``stage`` (all stages, in order, when None), made now."""
+    def units(self, stage: int | None = None, skip: Container[str] = ()) -> Iterator[Unit]:
+        """Every unit of ``stage`` (all stages, in order, when None) not in ``skip``, made now."""
         stages = self.stages() if stage is None else [stage]
-        return chain.from_iterable(b.make() for s in stages for b in self.batches if b.stage == s)
+        return chain.from_iterable(b.make(skip) for s in stages for b in self.batches if b.stage == s)
 
     def __iter__(self) -> Iterator[Unit]:
         return self.units()
