@@ -199,6 +199,9 @@ def test_dry_run_of_a_plate_with_missing_files_sizes_it_and_fails_as_the_run_wou
     assert re.search(r"ingest\s+ingest\s+\d+", dry.stdout), dry.stdout
     assert "1 listed files are missing" in dry.stderr and "Traceback" not in dry.stderr
     assert not (tmp_path / "p.zarr").exists()
+    alone = zarrmill_subprocess("run", wf, "--json")  # --json belongs to --dry-run: nothing runs
+    assert alone.returncode == 2 and "use it with --dry-run" in alone.stderr
+    assert not (tmp_path / "p.zarr").exists()
 
 
 def test_a_folder_of_many_images_is_one_fingerprint_entry_that_still_sees_each_file(tmp_path, monkeypatch):

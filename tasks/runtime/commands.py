@@ -39,6 +39,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import run_for_each
     from .workflow import load_workflow
 
+    if args.json and not args.dry_run:
+        raise ConfigError("--json prints a dry run's sizes: use it with --dry-run")
     wf = load_workflow(args.workflow, _with_executor(args.set, args.executor))
     if wf.for_each is not None:  # the steps once per dataset found
         run_for_each(wf, overwrite=args.overwrite, dry_run=args.dry_run)
