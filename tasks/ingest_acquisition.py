@@ -58,17 +58,23 @@ def _read_pattern(p: Params, first: Path | None) -> Acquisition:
     return acq
 
 
-def validate_files(p: Params, acq: Acquisition) -> np.ndarray:
+def validate_files(p: Params, acq: Acquisition, problems: list[str] | None = None) -> np.ndarray:
     """Missing files (error unless missing=zeros), unlisted instrument images, mixed shapes/dtypes;
-    whether each plane's file is there (one listing per folder, planes.planes_present)."""
+    whether each plane's file is there (one listing per folder, planes.planes_present). With
+    ``problems`` (a dry run), missing files are said there and the plan goes on as with zeros."""
     present = planes_present(acq.table)
     if not present.all() and p.missing == "error":
-        missing = np.unique(acq.table.names[~present])
-        shown = [acq.table.path(int(np.flatnonzero(acq.table.names == n)[0])) for n in missing[:MAX_LISTED]]
+        absent = np.flatnonzero(~present)  # a plane per file: counted without sorting millions of names
+        shown = list(dict.fromkeys(acq.table.paths(absent[:MAX_LISTED * 10])))[:MAX_LISTED]
+        missing = absent if len(set(acq.table.paths(absent[:1000]))) == min(len(absent), 1000) else \
+            np.unique(acq.table.names[absent])
         what = ("planes are missing from the series" if Path(shown[0]).name.startswith(MISSING_PREFIX)
                 else "listed files are missing")
-        raise InputError(f"{len(missing)} {what}, e.g. {_names(shown, len(missing))} "
-                         f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
+        error = InputError(f"{len(missing)} {what}, e.g. {_names(shown, len(missing))} "
+                           f"(set missing: zeros to fill them with zeros, recorded in the metadata)")
+        if problems is None:
+            raise error
+        problems.append(str(error))
     if acq.unlisted and not p.allow_extra_files:
         raise InputError(f"{acq.source}: {len(acq.unlisted)} image files are not listed in this metadata, e.g. "
                          f"{_names(acq.unlisted)} (wrong metadata file? set allow_extra_files: true to ignore them)")
@@ -100,7 +106,7 @@ def planned_acquisition(p: Params, ctx: PlanContext) -> Acquisition:
         print(f"[{ctx.step}] plan read from the ledger: inputs and parameters are unchanged", file=sys.stderr)
         return acq
     acq = read_acquisition(p)
-    validate_files(p, acq)
+    validate_files(p, acq, ctx.problems)
     if ctx.saved is not None:
         ctx.saved.save(saved_acquisition.dump(acq, ctx.saved.key))
     return acq
