@@ -48,10 +48,12 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
         from .sizing import print_sizes, size_workflow
 
         if not as_json:
-            print_dry_run(wf, only)
+            print_steps(wf, only)
             print()
         sizes = size_workflow(wf, only)
         print_sizes(sizes, as_json)
+        if not as_json:
+            print_job_scripts(wf, only)  # last: each runs to the end of the output
         failed = next((s for s in sizes if s.error), None)
         if failed is not None:
             raise InputError(f"step {failed.step}: {failed.error}")
@@ -60,18 +62,24 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
         return run_steps(wf, executor, overwrite, only)
 
 
-def print_dry_run(wf: Workflow, only: list[str] | None = None) -> None:
-    """What a run would do, without writing or submitting anything: each step and its output, and
-    on a batch scheduler the worker job script of every pool (one per distinct step resources)."""
+def print_steps(wf: Workflow, only: list[str] | None = None) -> None:
+    """Each step of a dry run and its output."""
+    for s in wf.steps:
+        if not only or s.name in only:
+            needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
+            print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
+
+
+def print_job_scripts(wf: Workflow, only: list[str] | None = None) -> None:
+    """On a batch scheduler, the worker job script of every pool (one per distinct step resources),
+    not submitted."""
     from .jobqueue import render_job_script
 
+    if wf.executor.kind not in BATCH_KINDS:
+        return
     scripts: dict[tuple, list[str]] = {}
     for s in wf.steps:
-        if only and s.name not in only:
-            continue
-        needs = f" (needs {', '.join(s.needs)})" if s.needs else ""
-        print(f"{s.name}: {s.task} -> {s.params.ledger_root()}{needs}")
-        if wf.executor.kind in BATCH_KINDS:
+        if not only or s.name in only:
             scripts.setdefault(s.resources.key() if s.resources else (), []).append(s.name)
     for key, names in scripts.items():
         resources = next(s.resources for s in wf.steps if s.name == names[0])
