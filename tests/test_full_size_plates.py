@@ -84,6 +84,21 @@ def _last(attr: str, value: str):
     return damage
 
 
+def test_an_err_record_first_still_gives_the_fast_layout(tmp_path, monkeypatch):
+    raw = _plate(tmp_path)
+    path = raw / "MeasurementData.mlf"
+    text = path.read_text()
+    first = text.index("<bts:MeasurementRecord ")
+    err = ('<bts:MeasurementRecord bts:Type="ERR" bts:Time="2024-05-01T10:01:01.000+00:00" bts:Column="3" '
+           'bts:Row="2" bts:TimePoint="1" bts:FieldIndex="1">Autofocus failed</bts:MeasurementRecord>\n')
+    path.write_text(text[:first] + err + text[first:])
+    layout, _ = mlf._record_pattern(path.read_bytes()[:1 << 16])
+    assert layout is not None and "X" in layout.names  # the first IMG record's layout
+    fast = mlf.read_mlf(path, raw)
+    _columns_equal(fast, mlf._columns_of(mlf.parse_mlf(path, errors := []), raw.resolve(), path, errors))
+    assert len(fast.errors) == 1
+
+
 @pytest.mark.parametrize("damage, said", [
     (_last("Row", "y"), "bts:Row='y' in <bts:MeasurementRecord> is not a whole number"),
     (_last("X", "nan"), "bts:X='nan' in <bts:MeasurementRecord> must be a finite number"),

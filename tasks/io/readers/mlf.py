@@ -222,7 +222,7 @@ class _Layout:
 def _record_pattern(head: bytes) -> tuple[_Layout | None, int]:
     """The regular expression for records laid out as the first one is, and where records begin."""
     root = re.search(rb"<bts:MeasurementData\b[^>]*>", head)
-    first = re.search(rb"<bts:MeasurementRecord\b([^>]*)>", head)
+    first = re.search(rb'<bts:MeasurementRecord\b(?=[^>]*bts:Type="IMG")([^>]*)>', head)  # not an ERR record
     if root is None or first is None or b'xmlns:bts="' + NS_URI + b'"' not in root.group(0):
         return None, 0
     names = [n.decode() for n in re.findall(rb'bts:(\w+)="', first.group(1))]
