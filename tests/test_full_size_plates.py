@@ -234,3 +234,47 @@ def test_a_folder_of_many_images_is_one_fingerprint_entry_that_still_sees_each_f
     second = fp.fingerprint([raw])
     (raw / "extra_T0001F001L01A01Z01C01.tif").write_bytes(b"x")
     assert fp.changed_files(second, fp.fingerprint([raw])) == ["raw/*"]
+
+
+def _two_step_workflow(tmp_path: Path) -> Path:
+    """ingest, then pyramid in place: a dry run plans the second on a copy of the first's scratch."""
+    raw = _plate(tmp_path)
+    out = tmp_path / "plate.zarr"
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"name: sized\nexecutor: {{kind: sync}}\nsteps:\n  ingest:\n    task: ingest\n    params: "
+                  f"{{input: {raw}, output: {out}}}\n  pyr:\n    task: pyramid\n"
+                  f"    needs: [ingest]\n    params: {{input: {out}, levels: 2, min_size: 1}}\n")
+    return wf
+
+
+def test_a_dry_run_leaves_the_temporary_folder_as_it_was(tmp_path, monkeypatch):
+    wf = _two_step_workflow(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dry = zarrmill_subprocess("run", wf, "--dry-run", env={**os.environ, "TMPDIR": str(tmp)})
+    assert dry.returncode == 0, dry.stderr
+    assert re.search(r"pyr\s+pyramid\s+\d+", dry.stdout), dry.stdout
+    assert list(tmp.iterdir()) == [], list(tmp.rglob("*"))[:5]
+
+
+def test_a_file_someone_else_put_in_the_dry_runs_scratch_folder_survives(tmp_path, monkeypatch, capsys):
+    from zarrmill.runtime import sizing
+    from zarrmill.runtime.workflow import load_workflow
+
+    wf = load_workflow(_two_step_workflow(tmp_path))
+    monkeypatch.setattr(sizing.tempfile, "tempdir", str(tmp_path))
+    planted: list[Path] = []
+    size_step = sizing._size_step
+
+    def planting(step, scratch, *args, **kwargs):
+        size = size_step(step, scratch, *args, **kwargs)
+        planted.append(scratch / "theirs.txt")  # beside the scratch output, as another user might
+        planted[-1].write_text("not zarrmill's")
+        return size
+
+    monkeypatch.setattr(sizing, "_size_step", planting)
+    sizes = sizing.size_workflow(wf)
+    assert [s.units for s in sizes] and all(s.units for s in sizes), sizes
+    assert all(p.read_text() == "not zarrmill's" for p in planted) and len(planted) == 2
+    assert not list(tmp_path.glob("zarrmill-dry-run-*/*/out")), "the scratch outputs are removed"
+    assert "not empty after the dry run" in capsys.readouterr().err

@@ -7,7 +7,9 @@ scratch folder, timed, which gives worker-hours (mean seconds per unit x units) 
 compression ratio (bytes on disk / bytes written), so the bytes the output will take on disk. A
 step whose input an earlier step makes is planned on that step's scratch output, finished there
 (its metadata, from empty arrays), and says so. Nothing is written anywhere else; the scratch
-folder is removed. The real output is never touched."""
+folder is removed through the guards that claimed its outputs (each plan is never committed, so a
+rollback removes what it made), then its emptied folders: a file someone else put there stays. The
+real output is never touched."""
 from __future__ import annotations
 
 import json
@@ -23,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ZarrmillError
-from ..io.storage.guard import open_guard
+from ..errors import ZarrmillError, warn
+from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
 from .contract import PlanContext, TaskParams
 from .registry import get_task
@@ -54,18 +56,34 @@ class StepSize:
 def size_workflow(wf: Workflow, only: list[str] | None = None) -> list[StepSize]:
     scratch = Path(tempfile.mkdtemp(prefix="zarrmill-dry-run-"))
     made: dict[str, tuple[str, Path]] = {}  # real output location -> (step, scratch output)
+    guards: list[OutputGuard] = []
     try:
-        return [_size_step(s, scratch / f"{i}", made, later=_needed_later(wf, s.name))
+        return [_size_step(s, scratch / f"{i}", made, guards, later=_needed_later(wf, s.name))
                 for i, s in enumerate(wf.steps) if not only or s.name in only]
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)  # our own temporary folder
+        _remove_scratch(scratch, guards)
+
+
+def _remove_scratch(scratch: Path, guards: list[OutputGuard]) -> None:
+    """Each scratch output through the guard that claimed it (newest first), then the folders the
+    dry run made, only if empty: what someone else put there is left, and said."""
+    for guard in reversed(guards):
+        guard.rollback()
+    folders = sorted((Path(d) for d, _, _ in os.walk(scratch)), key=lambda d: len(d.parts), reverse=True)
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            warn(folder, "not empty after the dry run (something else wrote there); left as it is")
+            return
 
 
 def _needed_later(wf: Workflow, name: str) -> bool:
     return any(name in s.needs for s in wf.steps)
 
 
-def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], later: bool) -> StepSize:
+def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guards: list[OutputGuard],
+               later: bool) -> StepSize:
     task = get_task(step.task)
     size = StepSize(step.name, step.task)
     params = step.params
@@ -86,36 +104,38 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], late
         if is_remote(params.ledger_root()):
             size.notes.append("not sized: it adds to a store in a bucket")
             return size
-        _copy_metadata(Path(update.get("input", params.ledger_root())), out)
+        scratch.mkdir()
+        guards.append(_copy_metadata(Path(update.get("input", params.ledger_root())), out, step.name))
         update["input"] = str(out)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch.mkdir()
         update["output"] = str(out)
     dry = params.model_copy(update=update)
     size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if not is_remote(p) and str(p) != str(out))
     t0 = time.monotonic()
     try:
-        plan = _plan(task, dry, step.name, size)
+        plan = _plan(task, dry, step.name, size, guards)
     except ZarrmillError as err:
         size.error = str(err)
         return size
     size.plan_seconds = time.monotonic() - t0
     total = plan.size()
     size.units, size.unit_memory = total.units, total.largest or None
-    before = _arrays_bytes(out)[1]
-    size.output_bytes = _arrays_bytes(out)[0]
+    size.output_bytes, before = _arrays_bytes(out)
     _sample(task, dry, plan, out, before, size)
     if later and task.finish is not None:
-        task.finish(dry, PlanContext(step=step.name))
+        task.finish(dry, PlanContext(step=step.name, guard=guards[-1]))
         real = params.output_path() if not params.writes_in_place() else params.ledger_root()
         made[str(real)] = (step.name, out)
     return size
 
 
-def _plan(task: Any, params: TaskParams, step: str, size: StepSize) -> Any:
+def _plan(task: Any, params: TaskParams, step: str, size: StepSize, guards: list[OutputGuard]) -> Any:
     """The step's plan into the scratch output. What would stop the real run on its input (a plate
-    with missing files) is said, and the step sized as if it went on (missing files as zeros)."""
+    with missing files) is said, and the step sized as if it went on (missing files as zeros). The
+    guard is kept, never committed: it removes the scratch output at the end."""
     guard = open_guard(params.ledger_root(), params.input_paths(), in_place=params.writes_in_place())
+    guards.append(guard)
     guard.claim(step)
     problems: list[str] = []
     plan = as_stream(task.plan(params, PlanContext(step=step, guard=guard, problems=problems)))
@@ -173,15 +193,19 @@ def _tree_bytes(path: Any) -> int:
     return total
 
 
-def _copy_metadata(src: Path, dst: Path) -> None:
-    """The zarr metadata of ``src`` (no chunk) into ``dst``: a store to plan an in-place step on."""
+def _copy_metadata(src: Path, dst: Path, step: str) -> OutputGuard:
+    """The zarr metadata of ``src`` (no chunk) into a new store ``dst``, claimed and written through
+    its own guard (returned: it removes the copy at the end): a store to plan an in-place step on."""
+    guard = open_guard(dst, [src])
+    guard.claim(step)
     for dirpath, dirnames, names in os.walk(src):
         dirnames[:] = [d for d in dirnames if d != ".zarrmill"]
         target = dst / os.path.relpath(dirpath, src)
         for name in names:
             if name in METADATA_FILES:
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(os.path.join(dirpath, name), target / name)
+                guard.make_dirs(target)
+                shutil.copyfile(os.path.join(dirpath, name), guard.will_create(target / name))
+    return guard
 
 
 def print_sizes(sizes: list[StepSize], as_json: bool) -> None:
