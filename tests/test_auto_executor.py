@@ -72,6 +72,9 @@ def test_the_choice_follows_the_plan():
     assert ex.auto_choice("processes", PlanSize(50, 1 << 20, 50 << 20, True))[0] == "inprocess"
     assert ex.auto_choice("processes", PlanSize(50, 0, 0, False))[0] == "local"
     assert ex.auto_choice("processes", PlanSize(50, 1 << 30, 50 << 30, True))[0] == "local"
+    resumed = PlanSize(50, 1 << 30, 50 << 30, True).left(1)  # a resume with one unit left
+    assert (resumed.units, resumed.total) == (1, 1 << 30)
+    assert ex.auto_choice("processes", resumed)[0] == "inprocess"
     huge = budget_of(ex._local_worker_memory("local")) + 1
     assert ex.auto_choice("processes", PlanSize(50, huge, 50 * huge, True))[0] == "inprocess"
     sized = Executor(ExecutorSpec(kind="auto", workers=2), "t", Path("/nonexistent-run-dir"))

@@ -37,6 +37,11 @@ class PlanSize:
     total: int
     declared: bool  # every unit declared its bytes (else the totals say little)
 
+    def left(self, units: int) -> "PlanSize":
+        """The same plan with only ``units`` of its units left to run (a resume): the executor is
+        sized for those, their bytes taken as the plan's mean."""
+        return PlanSize(units, self.largest, self.total * units // max(self.units, 1), self.declared)
+
     @classmethod
     def of(cls, units: list[dict[str, Any]]) -> "PlanSize":
         sizes = [unit_memory(u) for u in units]

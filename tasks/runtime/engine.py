@@ -187,7 +187,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     report = StepReport(step, task.name, len(plan), skipped, 0, 0.0)
     _say(opts, f"[{step}] task {task.name}: {len(plan)} units, {report.skipped} already done")
 
-    opts.plan = plan.size()
+    opts.plan = plan.size().left(len(plan) - skipped)  # a resume sizes for what is left
     client = get_client() if skipped < len(plan) else None
     if client is not None:
         from .executors import describe_client
