@@ -106,7 +106,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     sizes = iter(p.pixel_size or [1.0] * len(p.spatial))
     scale = [next(sizes) if a in "zyx" else 1.0 for a in p.axes]
     extra = {"image-label": {"version": p.ngff_version}} if p.kind == "labels" else None
-    if extra and p.ngff_version == "0.5":
+    if extra and p.ngff_version != "0.4":
         extra = {"image-label": {}}  # 0.5 keeps the version once, in "ome"
     write_image_metadata(p.output_path(), p.ngff_version, make_axes(p.axes), [Level("0", scale, None)],
                          name=p.output_path().stem, extra=extra)

@@ -163,14 +163,16 @@ def finish(p: Params, ctx: PlanContext) -> None:
     missing = set(acq.table.paths(np.flatnonzero(~planes_present(acq.table))))
     parts = acq.parts()
     images: dict[str, int] = {}  # field path -> its plate acquisition
+    offsets: dict[str, list[float]] = {}  # field path -> its translation in the well
     for part in parts:
-        images.update(dict.fromkeys(_finish_fields(p, part, missing), part.acquisition_id))
+        images.update(dict.fromkeys(_finish_fields(p, part, missing, offsets), part.acquisition_id))
     field_count = max(len(f) for f in acq.wells().values())
-    write_plate(root, acq, p.ngff_version, images, field_count, parts)
+    write_plate(root, acq, p.ngff_version, images, field_count, parts, offsets)
 
 
-def _finish_fields(p: Params, acq: Acquisition, missing: set[str]) -> list[str]:
-    """Metadata of one plate acquisition's field images (windows from its own channels); their paths."""
+def _finish_fields(p: Params, acq: Acquisition, missing: set[str], offsets: dict[str, list[float]]) -> list[str]:
+    """Metadata of one plate acquisition's field images (windows from its own channels); their
+    paths. Each field's translation in its well goes into ``offsets``."""
     root = p.output_path()
     origins = well_origins(acq)
     fields = acq.fields()
@@ -183,6 +185,7 @@ def _finish_fields(p: Params, acq: Acquisition, missing: set[str]) -> list[str]:
                  "instrument_well": first.well_name, "field_index": fld, "acquired": first.time,
                  "missing_planes": [Path(path).name for *_, path in planes.files() if path in missing]}
         levels = field_levels(acq, first, origins[(row, col)])
+        offsets[path] = list(levels[0].translation or [])
         if p.pyramid:
             meta = _field_meta(p, acq, root / path, levels)
             levels = pyramid.pyramid_levels(_pyramid_params(p), meta, field_shape(acq))

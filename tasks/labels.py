@@ -18,6 +18,7 @@ from pydantic import Field, field_validator
 
 from . import pyramid
 from .errors import InputError, OutputExistsError
+from .io.ngff import ngff06
 from .io.ngff.metadata import (
     NGFF_FORMATS,
     ImageMeta,
@@ -95,7 +96,7 @@ def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
     translation = [level0.translation[i] for i in keep] if level0.translation else None
     meta = ImageMeta(as_location(p.image) / p.label_path(), image.version, [image.axes[i] for i in keep],
                      [Level("0", [level0.scale[i] for i in keep], translation)],
-                     {"multiscales": [{}], "image-label": {}})
+                     {"multiscales": [{}], "image-label": {}}, placed=image.placed)
     chunks = tuple(min(s, 64) if a == "z" else (1 if a == "t" else min(s, 512)) for a, s in zip(names, shape))
     dtype = np.dtype("uint8") if dtype.kind == "b" else dtype
     return meta, ArraySpec(shape, str(dtype), chunks, None, p.codec, NGFF_FORMATS[image.version], tuple(names))
@@ -135,11 +136,13 @@ def finish(p: Params, ctx: PlanContext) -> None:
     levels = pyramid.pyramid_levels(p.pyramid_params(), meta, spec.shape)
     # 0.5 keeps the version once, in "ome"; 0.4 repeats it in image-label
     label = {"source": {"image": "../../"}, **({"version": "0.4"} if meta.version == "0.4" else {})}
-    write_image_metadata(root, meta.version, meta.axes, levels, name=p.name, extra={"image-label": label})
+    write_image_metadata(root, meta.version, meta.axes, levels, name=p.name, extra={"image-label": label},
+                         placed=meta.placed)  # 0.6: in its image's space; the image's place is its well's
     labels_attrs, _ = read_attrs(as_location(p.image) / "labels")
     names = sorted(set(labels_attrs.get("labels", [])) | {p.name})
     group = zarr.open_group(zarr_url(as_location(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
-    update_ngff_attrs(group, meta.version, {"labels": names, **({"version": "0.5"} if meta.version == "0.5" else {})})
+    update_ngff_attrs(group, meta.version, {"labels": names, **({"version": ngff06.written(meta.version)}
+                                                                if meta.version != "0.4" else {})})
 
 
 def describe_unit(unit: Unit) -> str:

@@ -350,7 +350,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
 def _write_levels(root: Path, meta: ImageMeta, levels: list[Level]) -> None:
     ms = meta.attrs["multiscales"][0]
     extra = {k: v for k, v in meta.attrs.items() if k not in {"multiscales", "version"}}
-    write_image_metadata(root, meta.version, meta.axes, levels, name=ms.get("name"), extra=extra)
+    write_image_metadata(root, meta.version, meta.axes, levels, name=ms.get("name"), extra=extra, placed=meta.placed)
 
 
 def describe_unit(unit: Unit) -> str:

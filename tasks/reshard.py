@@ -35,6 +35,7 @@ from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key, zarr_url
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
 from .io.storage.layout import level_shards
+from .io.ngff import ngff06
 from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, member_path, read_attrs, read_image,
                                well_acquisition, write_image_metadata, write_plate_metadata, write_well_metadata)
 from .io.ngff.overview import OverviewLayout, overview_fits, overview_layout
@@ -153,7 +154,7 @@ def read_wells(p: Params) -> tuple[dict, list[Well], str]:
     if plate is None:
         raise InputError(f"{p.input}: not an HCS plate (no plate metadata)")
     wells = [read_well(p, w.get("path")) for w in plate.get("wells", [])]
-    return plate, one_canvas(wells), ("0.5" if zf == 3 else "0.4")
+    return plate, one_canvas(wells), (ngff06.normalized(attrs.get("version", "0.5")) if zf == 3 else "0.4")
 
 
 # -- plan / run / finish ----------------------------------------------------------------------------
@@ -268,26 +269,29 @@ def finish(p: Params, ctx: PlanContext) -> None:
 def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard) -> None:
     """Every well image's metadata and ROI tables, the overview's, then well and plate metadata."""
     pp = p.pyramid_params()
+    placed: dict[str, tuple[list, dict[str, list[float]]]] = {}  # 0.6: each well image's place in its well
     for well in wells:
         image = p.output_path() / well.path / p.image_name
         meta = well.image_meta(image, version)
         extra = {k: v for k, v in meta.attrs.items() if k != "multiscales"}
         write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
-                             name=f"{well.path} {p.image_name}", extra=extra)
+                             name=f"{well.path} {p.image_name}", extra=extra, placed=True)
+        placed[well.path] = (meta.axes, {p.image_name: list(meta.levels[0].translation or [])})
         axes = "".join(a for a in meta.axis_names if a in "zyx")
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
                          well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(as_location(p.input).resolve()),
                          guard)
     if p.overview and overview_fits(wells):
         _finish_overview(p, plate, wells, version)
-    _write_wells(p, plate, wells, version)
+    _write_wells(p, plate, wells, version, placed)
 
 
-def _write_wells(p: Params, plate: dict, wells: list[Well], version: str) -> None:
+def _write_wells(p: Params, plate: dict, wells: list[Well], version: str,
+                 placed: dict[str, tuple[list, dict[str, list[float]]]]) -> None:
     """Well (and plate) metadata last: the new image is listed only once it is complete."""
     out = p.output_path()
     for well in wells:
-        write_well_metadata(out / well.path, version, [p.image_name], well.acquisition)
+        write_well_metadata(out / well.path, version, [p.image_name], well.acquisition, placed.get(well.path))
     write_plate_metadata(out, version, [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
                          [w["path"] for w in plate["wells"]], name=plate.get("name"), field_count=1,
                          acquisitions=plate.get("acquisitions") or [{"id": 0}])

@@ -1,6 +1,6 @@
 """Validate written metadata against the official OME-NGFF schemas in tests/data/ngff, loaded here
 independently of zarrmill's own checker (one registry of every schema; 0.5 validates the
-``attributes`` of zarr.json, 0.4 the ``.zattrs``)."""
+``attributes`` of zarr.json, 0.4 the ``.zattrs``; 0.6 as its ``ome > version`` says)."""
 from __future__ import annotations
 
 import json
@@ -40,7 +40,8 @@ def validate_store(root: Path, strict: bool = False) -> dict[str, int]:
         if meta.name == "zarr.json":
             if doc.get("node_type") != "group" or "ome" not in doc.get("attributes", {}):
                 continue
-            version, data, ngff = "0.5", doc["attributes"], doc["attributes"]["ome"]
+            ngff = doc["attributes"]["ome"]
+            version, data = ("0.6" if str(ngff.get("version", "")).startswith("0.6") else "0.5"), doc["attributes"]
         else:
             version, data, ngff = "0.4", doc, doc
         for key, name in KIND_SCHEMA.items():

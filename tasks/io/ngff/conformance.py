@@ -1,8 +1,8 @@
-"""``zarrmill check``: validate a store against the official OME-NGFF schemas (0.4 or 0.5, as each
-group declares) and check what the schemas cannot express: referenced arrays exist, dimensions
+"""``zarrmill check``: validate a store against the official OME-NGFF schemas (0.4, 0.5 or 0.6rc0,
+as each group declares) and check what the schemas cannot express: referenced arrays exist, dimensions
 match axes, one dtype across levels, level shapes follow the scale factors, well paths match the
 plate's rows/columns, shards are whole multiples of chunks; then that ome-zarr-py's Reader opens the
-store and each well (tasks/io/ngff/reader_check.py). (Unfinished zarrmill steps are the
+store and each well (tasks/io/ngff/reader_check.py; not for 0.6, which it does not read yet). (Unfinished zarrmill steps are the
 runtime's part of ``zarrmill check``.)"""
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from ...errors import InputError
+from . import ngff06
 from .metadata import transform_values
 from .reader_check import reader_problems
 
 SCHEMA_DIR = Path(__file__).with_name("ngff_schemas")
 KINDS = (("multiscales", "image"), ("plate", "plate"), ("well", "well"), ("image-label", "label"),
-         ("bioformats2raw.layout", "bf2raw"))
+         ("bioformats2raw.layout", "bf2raw"), ("scene", "scene"))  # scene: 0.6 only
+VERSIONS = ("0.4", "0.5", "0.6")
 
 
 @lru_cache(maxsize=None)
@@ -91,7 +93,7 @@ def walk_groups(root: Path) -> Iterator[tuple[Path, dict[str, Any], int]]:
 def ngff_version(attrs: dict[str, Any], zarr_format: int) -> tuple[str | None, dict[str, Any]]:
     """(declared version, the NGFF attribute dict)."""
     if zarr_format == 3 and "ome" in attrs:
-        return str(attrs["ome"].get("version", "0.5")), attrs["ome"]
+        return ngff06.normalized(attrs["ome"].get("version", "0.5")), attrs["ome"]
     for key in ("multiscales", "plate", "well"):
         if key in attrs:
             value = attrs[key]
@@ -127,12 +129,12 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
         where = str(path)
         if zf == 3 and "ome" in attrs and "version" not in attrs["ome"]:
             problems.append(f"{where}: zarr.json attributes.ome has no 'version' (OME-Zarr 0.5 requires it)")
-        if version not in ("0.4", "0.5"):
-            problems.append(f"{where}: NGFF version {version} is not checked (0.4 and 0.5 are)")
+        if version not in VERSIONS:
+            problems.append(f"{where}: NGFF version {version} is not checked (0.4, 0.5 and 0.6rc0 are)")
             continue
         for key, name in KINDS:
-            if key in ngff:
-                problems += schema_problems(attrs if version == "0.5" else ngff, version, name, where, schema_dir)
+            if key in ngff and (name != "scene" or version == "0.6"):
+                problems += schema_problems(ngff if version == "0.4" else attrs, version, name, where, schema_dir)
         if "multiscales" in ngff:
             problems += image_problems(path, ngff["multiscales"])
         if "plate" in ngff:
@@ -143,8 +145,8 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
             problems += well_shape_problems(path, ngff["well"])
     if checked == 0:
         problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
-    if not problems:  # valid by the schemas: does it also open in the readers users have?
-        _, ngff = ngff_version(*_node(root)[1:])
+    version, ngff = ngff_version(*_node(root)[1:])
+    if not problems and version != "0.6":  # valid by the schemas: does it also open in the readers users have?
         wells = [w.get("path", "") for w in ngff.get("plate", {}).get("wells", [])]
         problems += reader_problems(root, wells, whole_plate=not _sparse(root, wells))
     return problems, checked
@@ -195,7 +197,9 @@ def _safe_node(parent: Path, rel: Any) -> bool:
 def image_problems(path: Path, multiscales: list[dict[str, Any]]) -> list[str]:
     out = []
     for ms in multiscales:
-        axes = ms.get("axes", [])
+        systems = ms.get("coordinateSystems")  # 0.6: the axes of the system the levels map into
+        axes = systems[0].get("axes", []) if isinstance(systems, list) and systems and isinstance(systems[0], dict) \
+            else ms.get("axes", [])
         shapes, dtypes, scales = [], set(), []
         for ds in ms.get("datasets", []):
             if not _plain_path(ds.get("path")):
@@ -212,9 +216,9 @@ def image_problems(path: Path, multiscales: list[dict[str, Any]]) -> list[str]:
             out += _shard_problems(apath, meta)
             shapes.append(meta["shape"])
             dtypes.add(meta["dtype"])
-            scale = next((ct.get("scale") for ct in ds.get("coordinateTransformations", [])
-                          if isinstance(ct, dict) and ct.get("type") == "scale"), None)
-            for ct in ds.get("coordinateTransformations", []):
+            cts = ngff06.flat_transforms([ct for ct in ds.get("coordinateTransformations", []) if isinstance(ct, dict)])
+            scale = next((ct.get("scale") for ct in cts if ct.get("type") == "scale"), None)
+            for ct in cts:
                 if isinstance(ct, dict) and ct.get("type") in ("scale", "translation"):
                     try:  # the schemas accept 0, negative and (in JSON) huge numbers; readers do not
                         transform_values(ct.get(ct["type"]), ct["type"], str(apath))

@@ -88,15 +88,18 @@ def windows_from_samples(samples: list[list[np.ndarray]], dtype: str) -> list[tu
 
 
 def write_plate(root: Path, acq: Acquisition, version: str, images: dict[str, int], field_count: int,
-                parts: list[Acquisition]) -> None:
+                parts: list[Acquisition], offsets: dict[str, list[float]]) -> None:
     """Well metadata for every well, then the plate metadata last (it is what makes the store a
-    plate). ``images``: field path -> the plate acquisition (``parts``) it belongs to."""
+    plate). ``images``: field path -> the plate acquisition (``parts``) it belongs to; ``offsets``:
+    field path -> its translation in the well (written as the well's scene in 0.6)."""
     wells: dict[str, list[tuple[str, int]]] = {}
     for path, acquisition in images.items():
         well, _, image = path.rpartition("/")
         wells.setdefault(well, []).append((image, acquisition))
+    axes = make_axes(field_axes(acq))
     for well, listed in wells.items():
-        write_well_metadata(root / well, version, [im for im, _ in listed], listed[0][1])
+        placed = (axes, {im: offsets[f"{well}/{im}"] for im, _ in listed}) if version == "0.6" else None
+        write_well_metadata(root / well, version, [im for im, _ in listed], listed[0][1], placed)
     # The whole plate grid, so viewers place each well at its true plate position.
     rows = [acq.row_label(r) for r in range(1, acq.n_rows + 1)]
     cols = [acq.col_label(c) for c in range(1, acq.n_cols + 1)]
@@ -112,6 +115,6 @@ def plate_acquisitions(parts: list[Acquisition]) -> list[dict[str, Any]]:
 def write_field_image(path: Path, acq: Acquisition, version: str, levels: list[Level],
                       windows: list[tuple[float, float, float, float]], extra: dict[str, Any]) -> None:
     write_image_metadata(path, version, make_axes(field_axes(acq)), levels, name=path.name,
-                         extra={"omero": omero(acq.channels, windows)})
+                         extra={"omero": omero(acq.channels, windows)}, placed=True)
     group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     group.attrs["zarrmill"] = extra

@@ -1,4 +1,5 @@
-"""Read and write OME-NGFF image metadata (0.4 on zarr v2, 0.5 on zarr v3).
+"""Read and write OME-NGFF image metadata (0.4 on zarr v2, 0.5 and 0.6 on zarr v3; 0.6's coordinate
+systems and transformations in ngff06.py).
 
 The writers build the documents themselves: ome-zarr-py's writer functions give the same JSON
 (tests/test_ngff_writers.py compares them), but importing ome_zarr loads dask.array, xarray and
@@ -18,14 +19,15 @@ from pydantic import BeforeValidator
 
 from ...errors import InputError, InputNotFoundError
 from ..storage.atomic import read_json, read_json_if_exists
+from . import ngff06
 from .foreign import clean_omero
 from ..storage.guard import inside
 from ..storage.location import as_location
 from ..storage.location import zarr_url
 
-NGFF_FORMATS = {"0.4": 2, "0.5": 3}
+NGFF_FORMATS = {"0.4": 2, "0.5": 3, "0.6": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.
-NgffVersion = Annotated[Literal["0.4", "0.5"], BeforeValidator(lambda v: str(v) if isinstance(v, float) else v)]
+NgffVersion = Annotated[Literal["0.4", "0.5", "0.6"], BeforeValidator(lambda v: str(v) if isinstance(v, float) else v)]
 
 
 @dataclass
@@ -42,6 +44,7 @@ class ImageMeta:
     axes: list[dict[str, Any]]
     levels: list[Level]
     attrs: dict[str, Any]  # the whole NGFF attribute dict (multiscales, omero, ...)
+    placed: bool = False  # 0.6: level 0's translation came from the image's well (its scene)
 
     @property
     def zarr_format(self) -> int:
@@ -123,14 +126,18 @@ def read_image(path: Path) -> ImageMeta:
     ms = multiscales[0] if isinstance(multiscales, list) else None
     if not isinstance(ms, dict) or not all(isinstance(ds, dict) for ds in ms.get("datasets") or []):
         raise InputError(f"{path}: multiscales must be a list of objects whose datasets are objects; fix the metadata")
-    version = attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4")
-    axes = [a if isinstance(a, dict) else {"name": a} for a in ms.get("axes", [])]
+    version = ngff06.normalized(attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4"))
+    listed = ngff06.axes_of(ms, str(path)) if version == "0.6" else ms.get("axes", [])
+    axes = [a if isinstance(a, dict) else {"name": a} for a in listed]
+    placed = ngff06.scene_offset(as_location(path), read_attrs) if version == "0.6" else None
     levels = []
     if not isinstance(ms.get("datasets"), list) or not ms["datasets"]:
         raise InputError(f"{path}: multiscales has no datasets; fix the image metadata")
     for ds in ms["datasets"]:
         member_path(path, ds.get("path"), "multiscales dataset path")
         scale, translation = _transforms(ms, ds, len(axes), as_location(path))
+        if placed is not None and len(placed) == len(axes):  # the field's place in its well (0.6 scene)
+            translation = [a + b for a, b in zip(translation or [0.0] * len(axes), placed)]
         for name, values in (("scale", scale), ("translation", translation)):
             if values is not None and len(values) != len(axes):
                 raise InputError(f"{path}: dataset {ds['path']!r} has a {name} of {len(values)} values but "
@@ -138,7 +145,7 @@ def read_image(path: Path) -> ImageMeta:
                                  "axes and transforms must match the array's dimensions")
         levels.append(Level(ds["path"], scale, translation))
     _check_axes(as_location(path), axes)
-    meta = ImageMeta(as_location(path), str(version), axes, levels, attrs)
+    meta = ImageMeta(as_location(path), str(version), axes, levels, attrs, placed=placed is not None)
     _check_level_arrays(meta)
     return meta
 
@@ -197,13 +204,13 @@ def _is_dtype(value: Any) -> bool:
 def _transforms(ms: dict[str, Any], ds: dict[str, Any], ndim: int, path: Path) -> tuple[list[float], list[float] | None]:
     scale, translation = [1.0] * ndim, None
     where = f"{path}: dataset {ds.get('path')!r}"
-    for ct in _transform_list(ds, where):
+    for ct in ngff06.flat_transforms(_transform_list(ds, where)):
         if ct.get("type") == "scale":
             scale = transform_values(ct.get("scale"), "scale", where)
         elif ct.get("type") == "translation":
             translation = transform_values(ct.get("translation"), "translation", where)
     for ct in _transform_list(ms, f"{path}: multiscales"):  # multiscale-level transforms compose
-        if ct.get("type") == "scale":
+        if ct.get("type") == "scale" and "input" not in ct:  # 0.6: between named systems, not levels
             scale = [a * b for a, b in zip(scale, transform_values(ct.get("scale"), "scale", f"{path}: multiscales"))]
     return scale, translation
 
@@ -245,9 +252,11 @@ def _clean(values: list[float]) -> list[float]:
 
 
 def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], levels: list[Level],
-                         name: str | None = None, extra: dict[str, Any] | None = None) -> None:
+                         name: str | None = None, extra: dict[str, Any] | None = None, placed: bool = False) -> None:
     """Write multiscales (and omero) on the image group; other NGFF keys in ``extra`` (e.g.
-    ``labels``) go beside them (inside ``ome`` for 0.5). One write of the group's attributes."""
+    ``labels``) go beside them (inside ``ome`` for 0.5 and 0.6). One write of the group's
+    attributes. ``placed``: in 0.6, level 0's translation is the image's place in its well and goes
+    into the well's scene (ngff06.py), not into the image."""
     if not levels:
         raise ValueError(f"{path}: an image needs at least one level")
     ndim = len(axes)
@@ -264,18 +273,25 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
     if version == "0.4":
         multiscale["version"] = version
     else:
-        values["version"] = version
+        values["version"] = ngff06.written(version)
+    if version == "0.6":
+        multiscale = ngff06.multiscale(axes, levels, name or "/", placed)
     values["multiscales"] = [multiscale]
     values.update(extra)
     update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
 
 
-def write_well_metadata(path: Path, version: str, images: list[str], acquisition: int = 0) -> None:
-    """The well document: its images, all from one plate acquisition."""
+def write_well_metadata(path: Path, version: str, images: list[str], acquisition: int = 0,
+                        placed: tuple[list[dict[str, Any]], dict[str, list[float]]] | None = None) -> None:
+    """The well document: its images, all from one plate acquisition. ``placed`` (0.6): the images'
+    axes and each image's translation into the well (its scene, ngff06.py)."""
     well: dict[str, Any] = {"images": [{"path": im, "acquisition": acquisition} for im in images]}
     group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["well"] = {**well, "version": version}
+    elif version == "0.6":
+        scene = {"scene": ngff06.well_scene(*placed)} if placed else {}
+        group.attrs["ome"] = {"version": ngff06.written(version), "well": well, **scene}
     else:
         group.attrs["ome"] = {"version": version, "well": well}
 
@@ -303,12 +319,13 @@ def write_plate_metadata(path: Path, version: str, rows: list[str], columns: lis
         plate["name"] = name
     plate["field_count"] = field_count
     plate["acquisitions"] = acquisitions
-    plate["version"] = version
+    if version != "0.6":  # 0.6 keeps the version once, in "ome"
+        plate["version"] = version
     group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["plate"] = plate
     else:
-        group.attrs["ome"] = {"version": version, "plate": plate}
+        group.attrs["ome"] = {"version": ngff06.written(version), "plate": plate}
 
 
 def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -> None:
