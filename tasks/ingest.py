@@ -44,6 +44,7 @@ from .io.ngff.hcs import (
     write_field_image,
     write_plate,
 )
+from .io.storage.ozx_path import is_archive_build
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.readers.volume import open_volume
@@ -68,6 +69,11 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     zf = NGFF_FORMATS[p.ngff_version]
     # v3: one shard per plane, unless the plane is a single chunk anyway
     shards = (1,) * (len(shape) - 2) + (math.ceil(shape[-2] / cy) * cy, math.ceil(shape[-1] / cx) * cx)
+    if zf == 3 and not p.pyramid and is_archive_build(p.output_path()):
+        # an .ozx: one shard per write of run_unit (a z batch of one channel), so the archive holds
+        # few entries and no two units (or writes) share a shard
+        batch = max(1, BATCH_BYTES // (math.prod(shape[-2:]) * np.dtype(acq.dtype).itemsize))
+        shards = (1,) * (len(shape) - 3) + (min(batch, shape[-3]),) + shards[-2:]
     if zf != 3 or shards == chunks:
         shards = None
     return ArraySpec(shape, acq.dtype, chunks, shards, p.chosen_codec(), zf, tuple(field_axes(acq)))

@@ -62,6 +62,7 @@ class StepReport:
     seconds: float
     bytes: int = 0
     unit_seconds: float = 0.0  # time spent running units (without planning, start-up, finish)
+    was_done: bool = False  # the step was done before this run, with these parameters and inputs
     failures: list[str] = field(default_factory=list)
 
 
@@ -155,7 +156,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     same = same_step(task, old, rec, root, params.input_paths())
     if same and old.state == "done" and not opts.upstream_changed and not changed:
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
-        return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0)
+        return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0, was_done=True)
     if same and changed:
         _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
     resume = prepare_output(step, guard, ledger, old, rec, same, opts.overwrite, opts.upstream_changed)

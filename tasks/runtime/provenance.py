@@ -15,12 +15,16 @@ from .. import __version__
 from ..io.storage.atomic import atomic_write_json
 from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
 from ..io.storage.location import as_location, is_remote, zarr_url
+from ..io.storage.ozx_path import OzxPath
 
 
 
 def input_record(path: Path) -> dict[str, Any]:
     if is_remote(path):
         return _remote_input_record(path)
+    if isinstance(path, OzxPath):  # inside a zipped OME-Zarr: the archive is the file read
+        st = path.archive.stat()
+        return {"path": str(path), "archive": str(path.archive), "bytes": st.st_size, "mtime": st.st_mtime}
     if not path.exists():
         return {"path": str(path), "exists": False}
     if path.is_file():

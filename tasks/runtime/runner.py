@@ -7,11 +7,14 @@ import json
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from .engine import StepOptions, StepReport, run_step
 from .executors import Executor
+from .ozx_output import ozx_target, run_ozx_step
 from .provenance import record_step, step_entry
 from .registry import get_task
 from .rundirs import runs_root
@@ -102,8 +105,9 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
     for step in (s for s in wf.steps if not only or s.name in only):
         started = time.time()
 
-        def provenance(name: str, task: str, params, owner: str | None, started: float = started) -> None:
-            record_step(params.ledger_root(), wf_info, step_entry(
+        def provenance(name: str, task: str, params, owner: str | None, started: float = started,
+                       root: Any = None) -> None:
+            record_step(root or params.ledger_root(), wf_info, step_entry(
                 name, task, params.model_dump(mode="json"), params.input_paths(), started), owner)
 
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
@@ -113,8 +117,9 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
         task = get_task(step.task)
         opts.unit_budget = lambda step=step, task=task: executor.unit_budget(step.resources, task.workers)
         try:
-            report = run_step(step.name, task, step.params,
-                              lambda step=step, task=task: executor.client_for(step.resources, task.workers, opts.plan), opts)
+            run = partial(run_ozx_step, run_step) if ozx_target(step.params) else run_step
+            report = run(step.name, task, step.params,
+                         lambda step=step, task=task: executor.client_for(step.resources, task.workers, opts.plan), opts)
         finally:
             executor.step_done(step.resources, task.workers)
         if report.ran:

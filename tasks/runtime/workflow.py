@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError, InputError, InputNotFoundError
 from .contract import TaskParams
 from .datasets import Dataset
+from ..io.storage.ozx_path import OzxPath
 from ..io.storage.location import apply_storage_block, is_remote, location_key
 from .registry import get_task
 from .spec import ExecutorSpec, ForEach, Resources, WorkflowSpec
@@ -246,6 +247,8 @@ def _check_inputs(ordered: list[Step], doc: Located) -> None:
                     continue
                 raise InputNotFoundError(f"{doc.where(('steps', step.name, 'params', 'input'))}: steps.{step.name}."
                                          f"params.input: {path} does not exist (and no earlier step in needs writes it)")
+            if isinstance(path, OzxPath) and path.exists():  # inside an .ozx archive that exists
+                continue
             resolved = Path(os.path.abspath(path))
             if os.path.lexists(resolved) and not os.path.exists(resolved):
                 _refuse_link_loop(resolved)

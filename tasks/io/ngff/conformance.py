@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..storage.location import as_location
+from ..storage.ozx_path import OzxPath
 from typing import Any, Iterator
 
 from jsonschema import Draft202012Validator
@@ -20,6 +21,7 @@ from referencing.jsonschema import DRAFT202012
 from ...errors import InputError
 from . import ngff06
 from .metadata import transform_values
+from .ozx_rules import ozx_problems
 from .reader_check import reader_problems
 
 SCHEMA_DIR = Path(__file__).with_name("ngff_schemas")
@@ -107,10 +109,12 @@ def check_store(root: Path, schema_dir: Path = SCHEMA_DIR) -> tuple[list[str], i
     """(problems, number of NGFF groups checked). A store passes only if it is a zarr group with
     OME-NGFF metadata that the official schemas accept and whose arrays are all there."""
     root = as_location(root)
+    archive = ozx_problems(root.archive) if isinstance(root, OzxPath) and not root.inner else []
     try:
-        return _check(root, schema_dir)
+        problems, checked = _check(root, schema_dir)
     except CorruptMetadata as err:
-        return [str(err)], 0
+        problems, checked = [str(err)], 0
+    return archive + problems, checked
 
 
 def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
@@ -146,7 +150,9 @@ def _check(root: Path, schema_dir: Path) -> tuple[list[str], int]:
     if checked == 0:
         problems.append(f"{root}: no OME-NGFF metadata (no multiscales, plate or well in any group)")
     version, ngff = ngff_version(*_node(root)[1:])
-    if not problems and version != "0.6":  # valid by the schemas: does it also open in the readers users have?
+    # valid by the schemas: does it also open in the readers users have? (ome-zarr-py reads neither
+    # 0.6 nor a zip archive yet)
+    if not problems and version != "0.6" and not isinstance(root, OzxPath):
         wells = [w.get("path", "") for w in ngff.get("plate", {}).get("wells", [])]
         problems += reader_problems(root, wells, whole_plate=not _sparse(root, wells))
     return problems, checked

@@ -8,13 +8,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .ozx_path import OzxPath, is_virtual
+
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> None:
     """``durable=False`` skips the fsync: chunk files, whose unit is rewritten if not recorded
     as done, and where an fsync per chunk also flushed every other freshly written chunk. In a
     bucket, one PUT of the whole object (atomic by nature: readers see the old or the new one)."""
-    if type(path).__module__.startswith("upath"):
-        path.write_bytes(data)
+    if is_virtual(path):
+        path.write_bytes(data)  # a bucket (an archive has no write_bytes: it is never written)
         return
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
@@ -50,6 +52,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def read_json_if_exists(path: Any) -> Any:
     """``read_json(path)``, or None when there is no such file; in a bucket one GET either way
     (an existence check first would be a second request per metadata file)."""
+    if isinstance(path, OzxPath):
+        return read_json(path) if path.is_file() else None
     if type(path).__module__.startswith("upath"):
         try:
             from .location import key_of
@@ -67,7 +71,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     from ...errors import InputError
 
     try:
-        if type(path).__module__.startswith("upath"):  # a remote location
+        if is_virtual(path):  # a remote location, or inside an .ozx
             data = path.read_bytes()
         else:
             with open(path, "rb") as fh:

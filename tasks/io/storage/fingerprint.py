@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from .ozx_path import OzxPath
 from .paths import is_bookkeeping_name
 from .location import is_remote, location_key
 
@@ -56,6 +57,9 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
         if is_remote(inp):
             if location_key(inp) not in skipped:
                 out.update(_remote_fingerprint(inp))
+            continue
+        if isinstance(inp, OzxPath):  # inside a zipped OME-Zarr: the archive is one file, rewritten whole
+            out[f"{inp.archive.name}:{inp.inner}"] = _entry(str(inp.archive), os.stat(inp.archive))
             continue
         top = os.path.abspath(inp)
         if top in skipped or not os.path.exists(top):

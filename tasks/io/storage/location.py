@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ...errors import ConfigError
+from .ozx_path import OzxPath, split_ozx
 
 SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 WRITABLE = ("s3",)
@@ -95,10 +96,11 @@ def _loopback(url: str) -> bool:
 def as_location(path: str | os.PathLike[str] | Any) -> Location:
     """A local ``Path``, or a ``UPath`` for a URL (fsspec takes endpoint and credentials from the
     environment, as every AWS client does)."""
-    if is_upath(path):
+    if is_upath(path) or isinstance(path, OzxPath):
         return path
     if scheme_of(path) is None:
-        return Path(path)
+        inside = split_ozx(path)  # a path through an .ozx file: read inside the archive
+        return OzxPath(*inside) if inside else Path(path)
     check_url(str(path), write=False)
     from upath import UPath
 
@@ -193,7 +195,8 @@ def zarr_url(path: Any) -> Any:
     the object's size, and a missing chunk costs one request instead of three). One client per
     bucket and settings for the whole process, however many arrays are opened."""
     if not is_remote(path):
-        return str(path)
+        inside = split_ozx(str(path))
+        return _zip_store_path(*inside) if inside else str(path)
     import zarr.storage
 
     scheme, rest = str(path).split("://", 1)
@@ -205,6 +208,23 @@ def zarr_url(path: Any) -> Any:
 
     # rooted at the node, as on disk: zarr creates no parent above it (prefixed_store.py)
     return zarr.storage.StorePath(PrefixedStore(store, prefix), "")
+
+
+def _zip_store_path(archive: Path, inner: str) -> Any:
+    """A node inside an ``.ozx``: zarr-python's ``ZipStore`` over the archive, read only (one per
+    archive and process, opened again when the archive was rewritten)."""
+    import asyncio
+
+    import zarr.storage
+
+    st = archive.stat()
+    key = (str(archive), st.st_mtime_ns, st.st_size)
+    if key not in _ZIP_STORES:  # opened here: zarr opens a store only when it makes the StorePath itself
+        _ZIP_STORES[key] = asyncio.run(zarr.storage.ZipStore.open(archive, mode="r"))
+    return zarr.storage.StorePath(_ZIP_STORES[key], inner)
+
+
+_ZIP_STORES: dict[tuple, Any] = {}
 
 
 def _zarr_store(scheme: str, bucket: str) -> Any:

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .ozx_path import is_virtual
 from ...errors import InputError, UnsafeOutputError
 
 MARKER_SUFFIX = ".zarrmill"  # a store's bookkeeping: <parent>/.<store name>.zarrmill/
@@ -64,7 +65,7 @@ def inside(root: str | os.PathLike[str], *parts: str, what: str = "path", resolv
         if os.path.isabs(part) or ".." in Path(part).parts:
             raise InputError(f"{root}: {what} {part!r} leaves its store ('..' or an absolute path); "
                              "paths in metadata must stay inside the store")
-    if type(root).__module__.startswith("upath"):  # a remote store: names are all there is
+    if is_virtual(root):  # a remote store or an archive: names are all there is
         joined = root
         for part in parts:
             for piece in str(part).split("/"):

@@ -1,0 +1,206 @@
+"""Outputs that end in ``.ozx``: zipped OME-Zarr (RFC-9), written by any task that writes OME-Zarr.
+
+The step runs as for a folder, into a build store beside the target, in the target's bookkeeping
+folder (``.<name>.ozx.zarrmill/build.zarr``, its own ledger, lock and owner marker). Once the step
+is done, the build store is packed into the zip in one sequential pass (io/storage/zip_writer.py):
+
+- entries are stored (no zip compression: the chunks are compressed already), ZIP64, every
+  ``zarr.json`` first in breadth-first order with the root's first (in the archive and in its
+  central directory), then the chunk and shard files; the archive comment is RFC-9's
+  ``{"ome": {"version": ...}}`` followed by a NUL;
+- each chunk or shard file is deleted (through the build store's guard) as soon as it is in the
+  archive, so the disk holds the data once plus the entry in flight; the metadata stays until the
+  archive is complete;
+- the archive is written as ``packed.zip`` in the bookkeeping folder and renamed onto the target
+  only when it is complete and synced: a killed run never leaves a file that passes for finished,
+  and a rerun continues the archive where the journal says it stopped.
+
+A target that exists is replaced only if zarrmill packed it: the archive's root ``zarr.json``
+names the build store's owner marker (provenance), as a folder store does. What is left of the
+build store after packing is its root ``zarr.json`` (the provenance that makes the ledger count)."""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ConfigError, OutputLockedError, UnsafeOutputError
+from ..io.storage.guard import OutputGuard, open_guard
+from ..io.storage.location import is_remote
+from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, remove_bookkeeping
+from ..io.storage.ozx_path import BUILD, SUFFIX
+from ..io.storage.zip_writer import ZipWriter
+from .contract import TaskParams
+from .locks import Locked, open_lock
+
+PACKED, JOURNAL, DONE = "packed.zip", "packed.journal", "packed.done"
+METADATA = "zarr.json"
+
+
+def is_ozx(path: Any) -> bool:
+    return str(path).lower().rstrip("/").endswith(SUFFIX)
+
+
+def ozx_target(params: TaskParams) -> Path | None:
+    """The ``.ozx`` file a step writes, or None. A step that adds to its input cannot add to a zip."""
+    if params.writes_in_place():
+        if is_ozx(params.ledger_root()):
+            raise ConfigError(f"{params.ledger_root()}: a zipped OME-Zarr is written once and not added to; "
+                              "run this step on the folder store before it is zipped (or write the pyramid in "
+                              "the step that makes the .ozx: ingest pyramid: true, reshard)")
+        return None
+    out = getattr(params, "output", None)  # as written: output_path() would open an existing archive
+    if out is None or not is_ozx(out):
+        return None
+    if is_remote(out):
+        raise ConfigError(f"{out}: .ozx outputs are written to a local path (the zip is packed in one pass on "
+                          "disk); write it here, then copy the file to the bucket")
+    return Path(os.path.abspath(out))
+
+
+def build_root(target: Path) -> Path:
+    return bookkeeping_dir(target) / BUILD
+
+
+def run_ozx_step(run_step: Callable[..., Any], step: str, task: Any, params: TaskParams, get_client: Any,
+                 opts: Any) -> Any:
+    """``run_step`` into the build store, then the build store packed into the target."""
+    target = ozx_target(params)
+    build = build_root(target)
+    _check_target(target, build, params)
+    book = bookkeeping_dir(target)
+    if (book / DONE).exists() and not target.exists() and not (book / PACKED).exists():
+        opts.upstream_changed = True  # the archive was removed since: the step is made again
+    base = opts.provenance
+    if base is not None:  # provenance names the .ozx and its parameters, not the build store
+        opts.provenance = lambda name, task_name, _p, owner: base(name, task_name, params, owner, root=build)
+    report = run_step(step, task, params.model_copy(update={"output": str(build)}), get_client, opts)
+    pack(build, target, fresh=not report.was_done)  # a step (re)made: any archive in the making is not of it
+    return report
+
+
+def _check_target(target: Path, build: Path, params: TaskParams) -> None:
+    """Before anything is read or written: the target is no input, and a file there is an archive
+    zarrmill packed from this build store."""
+    for inp in params.input_paths():
+        if not is_remote(inp) and os.path.abspath(inp) == str(target):
+            raise UnsafeOutputError(f"{target}: the output is the input; choose a new output file")
+    if os.path.lexists(target) and not _packed_here(target, build):
+        raise UnsafeOutputError(f"{target}: exists and zarrmill did not write it here, so it is never replaced; "
+                                "choose a new output file, or move it away yourself")
+
+
+def _packed_here(target: Path, build: Path) -> bool:
+    if target.is_symlink() or not target.is_file():
+        return False
+    owner = _owner_id(build)
+    return owner is not None and archive_owner(target) == owner
+
+
+def _owner_id(build: Path) -> str | None:
+    path = bookkeeping_dir(build) / OWNER_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("id") if isinstance(doc, dict) and doc.get("tool") == "zarrmill" else None
+
+
+def archive_owner(path: Path) -> str | None:
+    """The owner id the archive's root ``zarr.json`` records (its provenance), or None."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            doc = json.loads(zf.read(METADATA))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    prov = ((doc.get("attributes") or {}).get("zarrmill") or {}).get("provenance") if isinstance(doc, dict) else None
+    owner = prov.get("owner") if isinstance(prov, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
+# -- packing ---------------------------------------------------------------------------------------
+def pack(build: Path, target: Path, fresh: bool) -> None:
+    book = bookkeeping_dir(target)
+    partial, journal, done = book / PACKED, book / JOURNAL, book / DONE
+    if fresh:  # the build store was (re)made: an earlier archive in the making is not of it
+        for path in (partial, journal, done):
+            if path.exists():
+                remove_bookkeeping(path)
+    guard = open_guard(build)
+    guard.check()
+    lock = open_lock(guard.lock_path)
+    try:
+        lock.acquire()
+    except Locked as err:
+        raise OutputLockedError(f"{target}: another zarrmill run is writing this output ({err}); wait for it "
+                                "to end, or choose another output") from None
+    try:
+        _pack_locked(build, target, guard, partial, journal, done)
+    finally:
+        lock.release()
+
+
+def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, journal: Path, done: Path) -> None:
+    if not done.exists():
+        writer = ZipWriter(partial, journal)
+        try:
+            for name, path in archive_order(build):
+                if name not in writer.names:
+                    writer.add(name, path)
+                if path.name != METADATA and path.exists():  # in the archive: the file goes
+                    guard.remove(path)
+        except BaseException:
+            writer.abandon()
+            raise
+        writer.close(archive_comment(build))
+        done.write_text("packed\n")
+    if partial.exists():
+        os.replace(partial, target)  # complete and synced: only now does the target change
+        _sync_folder(target.parent)
+    _empty_build(build, guard)
+
+
+def archive_order(build: Path) -> list[tuple[str, Path]]:
+    """(entry name, file): every ``zarr.json`` breadth-first, the root's first, then the other files."""
+    meta: list[tuple[int, str, Path]] = []
+    other: list[tuple[str, Path]] = []
+    for folder, dirs, files in os.walk(build):
+        dirs.sort()
+        rel = os.path.relpath(folder, build)
+        for name in sorted(files):
+            entry = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+            if name == METADATA:
+                meta.append((entry.count("/"), entry, Path(folder) / name))
+            elif not (rel == "." and name.startswith(".zarrmill")):  # the store's claim file is not data
+                other.append((entry, Path(folder) / name))
+    return [(e, p) for _, e, p in sorted(meta)] + other
+
+
+def archive_comment(build: Path) -> bytes:
+    """RFC-9: the OME-Zarr version as JSON, NUL-terminated (the archive follows its recommendations)."""
+    try:
+        version = json.loads((build / METADATA).read_text())["attributes"]["ome"]["version"]
+    except (OSError, KeyError, ValueError, TypeError):
+        return b""
+    return json.dumps({"ome": {"version": version}}).encode() + b"\0"
+
+
+def _empty_build(build: Path, guard: OutputGuard) -> None:
+    """Everything but the root ``zarr.json`` (it names the owner: the ledger stays valid)."""
+    for folder, dirs, files in os.walk(build, topdown=False):
+        for name in files:
+            path = Path(folder) / name
+            if path != build / METADATA:
+                guard.remove(path)
+        for name in dirs:
+            os.rmdir(Path(folder) / name)  # emptied above; anything else in it stops here
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
