@@ -222,6 +222,8 @@ def test_ozx_inputs_are_read_in_place(raw, tmp_path):
     before = snapshot(tmp_path)
     proc = zarrmill_subprocess("task", "pyramid", "--executor", "sync", "--set", f"input={archive}")
     assert proc.returncode == 2 and "written once" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _ingest(tmp_path / "raw-not-read", "s3://some-bucket/plate.ozx")  # refused before anything is read
+    assert proc.returncode == 2 and "written to a local path" in proc.stderr
     assert snapshot(tmp_path) == before
 
 

@@ -19,6 +19,7 @@ from ..errors import ConfigError, InputError, InputNotFoundError
 from .contract import TaskParams
 from .datasets import Dataset
 from ..io.storage.ozx_path import OzxPath
+from .ozx_output import ozx_target
 from ..io.storage.location import apply_storage_block, is_remote, location_key
 from .registry import get_task
 from .spec import ExecutorSpec, ForEach, Resources, WorkflowSpec
@@ -214,6 +215,10 @@ def _check_outputs(ordered: list[Step], doc: Located) -> None:
     (or replace it with --overwrite); steps that add to a store in place (pyramid) may share it."""
     creators: dict[str, str] = {}
     for step in ordered:
+        try:
+            ozx_target(step.params)  # an .ozx that cannot be written: said before any step runs
+        except ConfigError as err:
+            raise ConfigError(f"{doc.where(('steps', step.name, 'params'))}: {err}") from None
         out = step.params.output_path()
         if out is None or step.params.writes_in_place():
             continue
