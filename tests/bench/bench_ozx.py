@@ -21,8 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
-import psutil
-from measure import table, tree_rss, zarrmill
+from measure import peak_rss_until_exit, table, zarrmill
 
 ZIP_FOLDER = r"""
 import os, sys, zipfile
@@ -61,13 +60,7 @@ def measured(cmd: list[str], watch: Path) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler.start()
-    proc, peak = psutil.Process(popen.pid), 0
-    while popen.poll() is None:
-        try:
-            peak = max(peak, tree_rss(proc))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
+    peak = peak_rss_until_exit(popen)
     seconds = time.perf_counter() - t0
     stop.set()
     sampler.join()

@@ -32,19 +32,24 @@ def tree_rss(proc: psutil.Process) -> int:
 def run_measured(cmd: list[str], cwd: str | None = None) -> Measured:
     t0 = time.perf_counter()
     popen = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    proc = psutil.Process(popen.pid)
-    peak = 0
+    peak = peak_rss_until_exit(popen)
+    out = popen.stdout.read() if popen.stdout else ""
+    seconds = time.perf_counter() - t0
+    if popen.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({popen.returncode}):\n{out[-3000:]}")
+    return Measured(seconds, peak / 2**20, out)
+
+
+def peak_rss_until_exit(popen: subprocess.Popen) -> int:
+    """The process tree's peak RSS in bytes, sampled every 50 ms until the process exits."""
+    proc, peak = psutil.Process(popen.pid), 0
     while popen.poll() is None:
         try:
             peak = max(peak, tree_rss(proc))
         except psutil.Error:
             pass
         time.sleep(0.05)
-    out = popen.stdout.read() if popen.stdout else ""
-    seconds = time.perf_counter() - t0
-    if popen.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({popen.returncode}):\n{out[-3000:]}")
-    return Measured(seconds, peak / 2**20, out)
+    return peak
 
 
 def python(code: str) -> list[str]:
