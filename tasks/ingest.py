@@ -55,6 +55,7 @@ from .io.storage.location import zarr_url
 
 MAX_LISTED = 5
 BATCH_BYTES = 32 * 2**20
+ARCHIVE_ENTRY_BYTES = 1 << 20  # an .ozx: planes smaller than this are sharded together
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
@@ -69,10 +70,12 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     zf = NGFF_FORMATS[p.ngff_version]
     # v3: one shard per plane, unless the plane is a single chunk anyway
     shards = (1,) * (len(shape) - 2) + (math.ceil(shape[-2] / cy) * cy, math.ceil(shape[-1] / cx) * cx)
-    if zf == 3 and not p.pyramid and is_archive_build(p.output_path()):
-        # an .ozx: one shard per write of run_unit (a z batch of one channel), so the archive holds
-        # few entries and no two units (or writes) share a shard
-        batch = max(1, BATCH_BYTES // (math.prod(shape[-2:]) * np.dtype(acq.dtype).itemsize))
+    plane_bytes = math.prod(shape[-2:]) * np.dtype(acq.dtype).itemsize
+    if zf == 3 and not p.pyramid and plane_bytes < ARCHIVE_ENTRY_BYTES and is_archive_build(p.output_path()):
+        # an .ozx of small planes: one shard per write of run_unit (a z batch of one channel), so
+        # the archive holds few entries and no two units (or writes) share a shard. Planes of 1 MB
+        # and more stay one entry each: a shard of several is encoded on one thread (1.4x slower)
+        batch = max(1, BATCH_BYTES // plane_bytes)
         shards = (1,) * (len(shape) - 3) + (min(batch, shape[-3]),) + shards[-2:]
     if zf != 3 or shards == chunks:
         shards = None

@@ -218,6 +218,10 @@ def test_ozx_inputs_are_read_in_place(raw, tmp_path):
     assert proc.returncode == 0, proc.stderr
     got = zarr.open_array(ZipStore(one, mode="r"), path="0", mode="r")
     assert np.array_equal(np.asarray(got), np.asarray(zarr.open_array(folder / "B/03/0/0", mode="r")))
+    for src in (archive, f"{archive}/B/03/0"):  # an archive never replaces itself while it is read
+        proc = zarrmill_subprocess("task", "rechunk", "--executor", "sync", "--set", f"input={src}",
+                                   "--set", f"output={archive}")
+        assert proc.returncode == 2 and "is (or holds) the input" in proc.stderr, proc.stderr
     # a step that adds to its input cannot add to a zip: one line, nothing written
     before = snapshot(tmp_path)
     proc = zarrmill_subprocess("task", "pyramid", "--executor", "sync", "--set", f"input={archive}")

@@ -8,9 +8,9 @@ is done, the build store is packed into the zip in one sequential pass (io/stora
   ``zarr.json`` first in breadth-first order with the root's first (in the archive and in its
   central directory), then the chunk and shard files; the archive comment is RFC-9's
   ``{"ome": {"version": ...}}`` followed by a NUL;
-- each chunk or shard file is deleted (through the build store's guard) as soon as it is in the
-  archive, so the disk holds the data once plus the entry in flight; the metadata stays until the
-  archive is complete;
+- each chunk or shard file is deleted (through the build store's guard) as soon as its entry is
+  durable in the archive (synced and journaled, in batches of up to 64 MB or 2 s), so the disk
+  holds the data once plus that batch; the metadata stays until the archive is complete;
 - the archive is written as ``packed.zip`` in the bookkeeping folder and renamed onto the target
   only when it is complete and synced: a killed run never leaves a file that passes for finished,
   and a rerun continues the archive where the journal says it stopped.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Callable
@@ -37,6 +38,9 @@ from .locks import Locked, open_lock
 
 PACKED, JOURNAL, DONE = "packed.zip", "packed.journal", "packed.done"
 METADATA = "zarr.json"
+# entries are made durable (archive synced, journal written) in batches: the disk then holds at
+# most this much twice, and a sync per entry is not paid
+COMMIT_BYTES, COMMIT_SECONDS = 64 << 20, 2.0
 
 
 def is_ozx(path: Any) -> bool:
@@ -85,8 +89,9 @@ def _check_target(target: Path, build: Path, params: TaskParams) -> None:
     """Before anything is read or written: the target is no input, and a file there is an archive
     zarrmill packed from this build store."""
     for inp in params.input_paths():
-        if not is_remote(inp) and os.path.abspath(inp) == str(target):
-            raise UnsafeOutputError(f"{target}: the output is the input; choose a new output file")
+        where = os.path.abspath(inp) if not is_remote(inp) else ""
+        if where == str(target) or where.startswith(str(target) + os.sep):
+            raise UnsafeOutputError(f"{target}: the output is (or holds) the input {inp}; choose a new output file")
     if os.path.lexists(target) and not _packed_here(target, build):
         raise UnsafeOutputError(f"{target}: exists and zarrmill did not write it here, so it is never replaced; "
                                 "choose a new output file, or move it away yourself")
@@ -145,12 +150,21 @@ def pack(build: Path, target: Path, fresh: bool) -> None:
 def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, journal: Path, done: Path) -> None:
     if not done.exists():
         writer = ZipWriter(partial, journal)
+        sources: dict[str, Path] = {}
         try:
+            batch, since = 0, time.monotonic()
             for name, path in archive_order(build):
-                if name not in writer.names:
-                    writer.add(name, path)
-                if path.name != METADATA and path.exists():  # in the archive: the file goes
-                    guard.remove(path)
+                if name in writer.names:  # packed before a kill: its file may still be there
+                    _remove_packed(guard, path)
+                    continue
+                batch += writer.add(name, path).size
+                sources[name] = path
+                if batch >= COMMIT_BYTES or time.monotonic() - since >= COMMIT_SECONDS:
+                    for entry in writer.commit():  # durable in the archive: the file goes
+                        _remove_packed(guard, sources.pop(entry.name))
+                    batch, since = 0, time.monotonic()
+            for entry in writer.commit():
+                _remove_packed(guard, sources.pop(entry.name))
         except BaseException:
             writer.abandon()
             raise
@@ -160,6 +174,12 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
         os.replace(partial, target)  # complete and synced: only now does the target change
         _sync_folder(target.parent)
     _empty_build(build, guard)
+
+
+def _remove_packed(guard: OutputGuard, path: Path) -> None:
+    """A chunk or shard file once its entry is durable in the archive (metadata stays till the end)."""
+    if path.name != METADATA and path.exists():
+        guard.remove(path)
 
 
 def archive_order(build: Path) -> list[tuple[str, Path]]:

@@ -3,8 +3,9 @@
 Python's ``zipfile`` writes the same format, but a killed write leaves an archive it cannot
 continue (no central directory, and ``ZipFile`` cannot adopt the entries already written). Packing
 a plate deletes each file once it is in the archive, so a resume must continue the same archive.
-Here every finished entry is appended to a journal (name, offset, size, CRC-32) after its bytes
-are synced; a resume truncates the archive to the end of the last journaled entry and goes on. The
+Here finished entries are appended to a journal (name, offset, size, CRC-32) by :meth:`commit`,
+after their bytes are synced (their sources may be deleted only then); a resume truncates the
+archive to the end of the last journaled entry and goes on. The
 central directory, the ZIP64 end records and the archive comment are written by :meth:`close`.
 
 Layout (PKWARE APPNOTE 6.3): local headers always carry a ZIP64 extra field with both sizes (as
@@ -57,6 +58,7 @@ class ZipWriter:
         self._file.truncate(end)  # a half-written entry after the last journaled one goes
         self._file.seek(end)
         self._log = open(self.journal, "a", encoding="utf-8")
+        self._pending: list[Entry] = []  # added, not yet journaled (their sources must stay)
 
     def add(self, name: str, source: Path) -> Entry:
         """``source``'s bytes as entry ``name``, then the entry journaled (synced first)."""
@@ -79,16 +81,27 @@ class ZipWriter:
         self._file.write(struct.pack("<I", crc))
         self._file.seek(end)
         entry = Entry(name, offset, size, crc)
-        self._sync()
-        self._log.write(f"{entry.offset}\t{entry.size}\t{entry.crc}\t{name}\n")
-        self._log.flush()
-        os.fsync(self._log.fileno())
         self.entries.append(entry)
         self.names.add(name)
+        self._pending.append(entry)
         return entry
+
+    def commit(self) -> list[Entry]:
+        """Make the entries added since the last commit durable: the archive synced, then their
+        journal lines written and synced. Returns them: only now may their sources go. (One sync
+        per batch, not per entry: 600 syncs took seconds on a plate of 300 shards.)"""
+        if not self._pending:
+            return []
+        self._sync()
+        self._log.write("".join(f"{e.offset}\t{e.size}\t{e.crc}\t{e.name}\n" for e in self._pending))
+        self._log.flush()
+        os.fsync(self._log.fileno())
+        done, self._pending = self._pending, []
+        return done
 
     def close(self, comment: bytes = b"") -> int:
         """The central directory and end records; returns the archive's size."""
+        self.commit()
         start = self._file.tell()
         for e in self.entries:
             raw = e.name.encode()
