@@ -114,7 +114,7 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
     size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if not is_remote(p) and str(p) != str(out))
     t0 = time.monotonic()
     try:
-        plan = _plan(task, dry, step.name, size, guards)
+        plan = _plan(task, dry, step.name, size, guards, from_earlier=bool(update) and not params.writes_in_place())
     except ZarrmillError as err:
         size.error = str(err)
         return size
@@ -130,16 +130,21 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
     return size
 
 
-def _plan(task: Any, params: TaskParams, step: str, size: StepSize, guards: list[OutputGuard]) -> Any:
+def _plan(task: Any, params: TaskParams, step: str, size: StepSize, guards: list[OutputGuard],
+          from_earlier: bool = False) -> Any:
     """The step's plan into the scratch output. What would stop the real run on its input (a plate
-    with missing files) is said, and the step sized as if it went on (missing files as zeros). The
-    guard is kept, never committed: it removes the scratch output at the end."""
+    with missing files) is said, and the step sized as if it went on (missing files as zeros). An
+    input an earlier step makes was only planned (a few sample units): its missing files are the
+    ones that step will write, so they are a note, not an error. The guard is kept, never
+    committed: it removes the scratch output at the end."""
     guard = open_guard(params.ledger_root(), params.input_paths(), in_place=params.writes_in_place())
     guards.append(guard)
     guard.claim(step)
     problems: list[str] = []
     plan = as_stream(task.plan(params, PlanContext(step=step, guard=guard, problems=problems)))
-    if problems:
+    if problems and from_earlier:
+        size.notes.append("sized as if the earlier step had written all of its input (only its plan was made)")
+    elif problems:
         size.error = problems[0]
         size.notes.append("sized as if it went on (missing files as zeros)")
     return plan
