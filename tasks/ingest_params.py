@@ -48,7 +48,7 @@ class Params(TaskParams):
     ngff_version: NgffVersion = "0.5"
     chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
     codec: Codec | None = Field(None, description="Blosc codec of every array written; default by job shape: "
-                                "plates and series zstd 1 + byte shuffle, a single volume LZ4 5 + bitshuffle (README, "
+                                "plates and series zstd 1 + byte shuffle, a single volume LZ4 5 + bitshuffle (manual: "
                                 "Performance: codec)")
     projections: Literal["skip", "only"] = Field("skip", description="imagexpress, metaxpress, cq, hcsai: z projections "
                                                   "the instrument wrote beside the stacks: skip them where a channel has "
@@ -94,7 +94,7 @@ class Params(TaskParams):
         """``codec``, else the default for this job's shape: plates and series are archived and
         moved (zstd 1 + byte shuffle in 1 MiB blocks: 13 % fewer bytes than LZ4 on the plate
         benchmark, fewer than faim-ipa writes); a single volume is converted for analysis right
-        away (LZ4 5 + bitshuffle: 0.5-0.8 s faster on the 537 MB volume). README, Performance."""
+        away (LZ4 5 + bitshuffle: 0.5-0.8 s faster on the 537 MB volume). manual: Performance."""
         if self.codec is not None:
             return self.codec
         return (VOLUME_CODEC if self.resolved_format() == "image" else PLATE_CODEC).model_copy()

@@ -1,4 +1,4 @@
-"""Adversarial inputs against the safety rules (README, "What zarrmill will and will not touch").
+"""Adversarial inputs against the safety rules (docs/how-to/resume-and-safety.md).
 
 Every case runs in a copy of a small world of a user's files (tests/adversarial_world.py) from its
 ``cwd`` folder, with HOME pointing at its ``home``, and snapshots the whole world before and after:

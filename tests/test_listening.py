@@ -1,4 +1,4 @@
-"""While a run works, nothing it started listens outside the loopback addresses (the README promises
+"""While a run works, nothing it started listens outside the loopback addresses (the manual promises
 127.0.0.1 for every dashboard), and the dashboard link it prints opens (#27)."""
 from __future__ import annotations
 

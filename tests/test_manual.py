@@ -132,7 +132,7 @@ def _cluster_shell(block: Block, cwd: Path, env: dict[str, str]) -> None:
         if len(words) < 3 or words[0] != "zarrmill":
             continue
         if words[1] == "run":
-            _bash(shlex.join(["zarrmill", "validate", *words[2:]]).replace(" --dry-run", ""), cwd, env, block.where)
+            _bash(shlex.join(["zarrmill", "validate", *_as_sets(words[2:])]), cwd, env, block.where)
             _bash(shlex.join([*words, "--dry-run"]) if "--dry-run" not in words else shlex.join(words),
                   cwd, env, block.where)
         elif words[1] == "submit":
@@ -146,6 +146,20 @@ def _cluster_shell(block: Block, cwd: Path, env: dict[str, str]) -> None:
             continue
         checked += 1
     assert checked, f"{block.where}: a cluster example with no zarrmill command to check"
+
+
+def _as_sets(args: list[str]) -> list[str]:
+    """``run`` arguments as ``validate`` takes them: ``--executor K`` is ``--set executor.kind=K``."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == "--executor" and i + 1 < len(args):
+            out += ["--set", f"executor.kind={args[i + 1]}"]
+            i += 2
+            continue
+        if args[i] not in ("--dry-run", "--json", "--overwrite"):
+            out.append(args[i])
+        i += 1
+    return out
 
 
 def _setup_shell(block: Block) -> None:

@@ -5,7 +5,7 @@ unmaps it on free, but each such free also raises its threshold for doing so, up
 then on buffers of a few MiB come from the heap, where freed ones stay resident until the heap's
 top is free, which other live objects prevent. A converter that reads and writes thousands of
 planes so creeps upward: on a 48-well plate ``ingest layout: well`` peaked at 1098 MB, with a fixed
-threshold at 648 MB, in the same time (README, Performance). Fixing the thresholds turns that
+threshold at 648 MB, in the same time (manual: Performance). Fixing the thresholds turns that
 adjustment off, so a worker's memory is what its units declare (runtime/budget.py) and not
 what the allocator happened to keep. The price is a fresh mapping, page faults included, for every
 buffer of 1 MiB or more. Worker processes (dask's, SLURM jobs) inherit the environment variables
@@ -14,7 +14,7 @@ and apply them when they start; this process applies them through ``mallopt``.
 The threshold is chosen per job shape (``use_profile``, called for every unit): a unit that says
 ``"allocator": "speed"`` (a volume's regions: the same few large buffers again and again, which
 the heap reuses) runs with a 16 MiB threshold, everything else with 1 MiB. Measured on the 537 MB
-volume with its pyramid: 3.5-4.0 s at 440-450 MB instead of 4.2-4.4 s at 310-340 MB (README).
+volume with its pyramid: 3.5-4.0 s at 440-450 MB instead of 4.2-4.4 s at 310-340 MB (manual: Performance).
 A user's own ``MALLOC_MMAP_THRESHOLD_`` wins over both."""
 from __future__ import annotations
 

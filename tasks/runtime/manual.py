@@ -43,7 +43,9 @@ def task_page(name: str, schema: dict[str, Any]) -> str:
     step = defs[f"Step_{name}"]
     params = defs[step["properties"]["params"]["$ref"].split("/")[-1]]
     required = set(params.get("required", []))
-    lines = [GENERATED, f"# {name}", "", plain(task.summary or ""), "", _doc(task.doc), "",
+    doc, summary = _doc(task.doc), plain(task.summary or "")
+    lead = [doc] if doc.startswith(summary) else [summary, "", doc]  # a docstring starts with its summary
+    lines = [GENERATED, f"# {name}", "", *lead, "",
              "## Parameters", "", "| parameter | type and bounds | default | description |", "| --- | --- | --- | --- |"]
     for key, prop in params["properties"].items():
         default = "**required**" if key in required else f"`{json.dumps(prop.get('default'))}`"

@@ -14,7 +14,7 @@ from .registry import get_task, task_names
 from .spec import Resources, WorkflowSpec
 
 
-# names this schema and its version; editors read the local file `zarrmill schema` writes (README)
+# names this schema and its version; editors read the local file `zarrmill schema` writes (manual: Install and first run)
 SCHEMA_ID = f"urn:zarrmill:workflow-schema:{__version__}"
 
 

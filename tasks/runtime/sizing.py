@@ -94,6 +94,7 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
             earlier, path = made[value]
             update[name] = str(path)
             size.notes.append(f"{name} is made by step {earlier}: sized from that step's plan")
+    from_earlier = bool(update) and not params.writes_in_place()
     missing = [str(p) for p in params.model_copy(update=update).input_paths()
                if not is_remote(p) and not Path(p).exists()]
     if missing:
@@ -114,7 +115,7 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
     size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if not is_remote(p) and str(p) != str(out))
     t0 = time.monotonic()
     try:
-        plan = _plan(task, dry, step.name, size, guards, from_earlier=bool(update) and not params.writes_in_place())
+        plan = _plan(task, dry, step.name, size, guards, from_earlier=from_earlier)
     except ZarrmillError as err:
         size.error = str(err)
         return size

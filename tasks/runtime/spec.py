@@ -90,7 +90,7 @@ class ExecutorSpec(Strict):
                                 "this many seconds is released (its jobs end) when the next step starts; 0: pools "
                                 "last until the run ends")
     retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
-    run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>, README)")
+    run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>; manual: HPC admin)")
 
     @field_validator("memory_limit")
     @classmethod

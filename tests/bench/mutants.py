@@ -5,7 +5,7 @@ that cover that module run against it; a mutant is killed when they fail.
   python tests/bench/mutants.py [--only NAME ...]
 
 Runs in a scratch copy of the checkout (the working tree is never edited) and prints, per module,
-mutants killed / survived, and each survivor. Results with the command: README, "Mutation run"."""
+mutants killed / survived, and each survivor. Results with the command: docs/performance.md, "Mutation run"."""
 from __future__ import annotations
 
 import argparse

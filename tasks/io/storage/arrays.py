@@ -45,7 +45,7 @@ class Codec(BaseModel):
         return Blosc(cname=self.cname, clevel=self.clevel, shuffle=mode[self.shuffle], blocksize=self.blocksize)
 
 
-# the default codecs by job shape (ingest_params.Params.chosen_codec; README, Performance, #39)
+# the default codecs by job shape (ingest_params.Params.chosen_codec; manual: Performance, #39)
 PLATE_CODEC = Codec(cname="zstd", clevel=1, shuffle="shuffle", blocksize=1 << 20)
 VOLUME_CODEC = Codec(cname="lz4", clevel=5, shuffle="bitshuffle")
 

@@ -1,6 +1,6 @@
 """The one output guard: what zarrmill may create, replace or delete.
 
-Rules (README, "What zarrmill will and will not touch"):
+Rules (manual: Resume and safety, docs/how-to/resume-and-safety.md):
 
 - zarrmill deletes or replaces only what it created: a store that carries the id of the owner
   marker it wrote when it claimed the store (ownership.py: everything inside is then its own), a
