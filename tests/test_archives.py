@@ -255,3 +255,35 @@ def test_a_rerun_with_other_parameters_replaces_the_archive_never_serving_the_ol
     clean = tmp_path / "clean.ozx"
     assert _ingest(raw, clean, "--set", "chunk_yx=[24,28]").returncode == 0
     assert _entries(archive) == _entries(clean)
+
+
+def test_removing_packed_files_goes_through_the_guard(tmp_path):
+    """The pack deletes files in batches (OutputGuard.remove_files): inside the store it claimed, yes;
+    a folder outside it, or a file in a store zarrmill did not create, never."""
+    from zarrmill.errors import OutputExistsError, UnsafeOutputError
+    from zarrmill.io.storage.guard import open_guard
+
+    store = tmp_path / "store.zarr"
+    guard = open_guard(store)
+    guard.claim("pack")
+    (store / "a").mkdir()
+    ours = [store / "a" / "0", store / "a" / "1"]
+    for f in ours:
+        f.write_bytes(b"x")
+    outside = tmp_path / "theirs.txt"
+    outside.write_text("not zarrmill's")
+    before = snapshot(tmp_path)
+    with pytest.raises((OutputExistsError, UnsafeOutputError)):
+        guard.remove_files([outside])
+    with pytest.raises((OutputExistsError, UnsafeOutputError)):
+        guard.remove_files([store / "a" / ".." / ".." / "theirs.txt"])
+    assert snapshot(tmp_path) == before
+    guard.remove_files(ours)
+    assert not any(f.exists() for f in ours) and outside.exists()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.bin").write_bytes(b"y")
+    other = open_guard(foreign, in_place=True)
+    with pytest.raises((OutputExistsError, UnsafeOutputError)):
+        other.remove_files([foreign / "data.bin"])
+    assert (foreign / "data.bin").exists()

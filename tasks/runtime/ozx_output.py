@@ -155,16 +155,14 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
             batch, since = 0, time.monotonic()
             for name, path in archive_order(build):
                 if name in writer.names:  # packed before a kill: its file may still be there
-                    _remove_packed(guard, path)
+                    _remove_packed(guard, [path])
                     continue
                 batch += writer.add(name, path).size
                 sources[name] = path
                 if batch >= COMMIT_BYTES or time.monotonic() - since >= COMMIT_SECONDS:
-                    for entry in writer.commit():  # durable in the archive: the file goes
-                        _remove_packed(guard, sources.pop(entry.name))
+                    _remove_packed(guard, [sources.pop(e.name) for e in writer.commit()])  # durable: the files go
                     batch, since = 0, time.monotonic()
-            for entry in writer.commit():
-                _remove_packed(guard, sources.pop(entry.name))
+            _remove_packed(guard, [sources.pop(e.name) for e in writer.commit()])
         except BaseException:
             writer.abandon()
             raise
@@ -176,10 +174,9 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
     _empty_build(build, guard)
 
 
-def _remove_packed(guard: OutputGuard, path: Path) -> None:
-    """A chunk or shard file once its entry is durable in the archive (metadata stays till the end)."""
-    if path.name != METADATA and path.exists():
-        guard.remove(path)
+def _remove_packed(guard: OutputGuard, paths: list[Path]) -> None:
+    """Chunk and shard files once their entries are durable in the archive (metadata stays till the end)."""
+    guard.remove_files(p for p in paths if p.name != METADATA and os.path.lexists(p))
 
 
 def archive_order(build: Path) -> list[tuple[str, Path]]:

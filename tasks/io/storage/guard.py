@@ -173,6 +173,21 @@ class OutputGuard:
         self._refuse_unless_replaceable(path, why)
         self.place.delete(self.place.within(path))
 
+    def remove_files(self, paths: Iterable[Any]) -> None:
+        """Delete files of the output (on disk), the rules checked once per folder: each folder must
+        be one :meth:`remove` could delete, and each name a plain entry of it (a symlink goes, never
+        what it points to). Packing an archive deletes hundreds of files a second this way."""
+        by_folder: dict[str, list[str]] = {}
+        for path in paths:
+            folder, name = os.path.split(str(path))
+            by_folder.setdefault(folder, []).append(name)
+        for folder, names in by_folder.items():
+            self._refuse_unless_replaceable(folder)
+            for name in names:
+                if name in ("", ".", "..") or "/" in name:
+                    raise UnsafeOutputError(f"{folder}/{name}: not a plain file name; never deleted")
+                self.place.delete(os.path.join(folder, name))
+
     def _refuse_unless_replaceable(self, path: Any, why: str = "") -> None:
         self.place.never_delete(path)
         if not self.may_replace(path):
