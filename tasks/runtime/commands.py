@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 from pathlib import Path
@@ -131,9 +132,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from .ledger import list_steps
 
-    if not Path(args.output).exists():
+    from .ozx_output import build_root, is_ozx
+
+    output = Path(args.output)
+    if is_ozx(output):  # an archive's ledger is its build store's (ozx_output.py); it may still be packing
+        output = build_root(Path(os.path.abspath(output)))
+    if not output.exists():
         raise InputNotFoundError(f"{args.output}: does not exist; give an output zarrmill wrote")
-    steps = list_steps(Path(args.output))
+    steps = list_steps(output)
     if not steps:
         print(f"{args.output}: no zarrmill ledger here", file=sys.stderr)
         return 1
