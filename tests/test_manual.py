@@ -116,7 +116,9 @@ def _sandbox(samples: Path, where: Path) -> Path:
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(extra or {})}
+    # NO_MKDOCS_2_WARNING: Material's end-of-life notice (May 2027), printed on every build, is not a warning
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "NO_MKDOCS_2_WARNING": "1",
+            **(extra or {})}
 
 
 def _bash(script: str, cwd: Path, env: dict[str, str], where: str) -> None:

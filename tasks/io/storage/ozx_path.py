@@ -19,7 +19,9 @@ BUILD = "build.zarr"  # the store a step writes before it is packed: <parent>/.<
 
 def is_archive_build(path: str | os.PathLike[str]) -> bool:
     """``path`` is the store a step builds to pack into an ``.ozx`` (tasks then shard for few entries)."""
-    path = Path(os.fspath(path))
+    if isinstance(path, OzxPath) or type(path).__module__.startswith("upath") or "://" in str(path):
+        return False  # a bucket or an archive is never a build store
+    path = Path(str(path))
     return path.name == BUILD and path.parent.name.lower().endswith(f"{SUFFIX}.zarrmill")
 
 
