@@ -287,3 +287,28 @@ def test_removing_packed_files_goes_through_the_guard(tmp_path):
     with pytest.raises((OutputExistsError, UnsafeOutputError)):
         other.remove_files([foreign / "data.bin"])
     assert (foreign / "data.bin").exists()
+
+
+def test_a_file_put_at_the_target_while_packing_is_never_replaced(raw, tmp_path):
+    """The target is checked again when the complete archive is renamed onto it: a file that
+    appeared there since the run began (here: during the pack) stays, and the run fails in one line."""
+    archive = tmp_path / "plate.ozx"
+    planting = KILLED_PACK.replace("    if count[0] == stop_after:\n        os._exit(9)\n",
+                                   "    if count[0] == stop_after:\n        open(os.environ['PLANT'], 'w').write('theirs')\n")
+    proc = _ingest(raw, archive, script=planting, env={**os.environ, "STOP_AFTER": "3", "PLANT": str(archive)})
+    assert proc.returncode == 2 and "never replaced" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert archive.read_text() == "theirs"
+
+
+def test_only_empty_folders_are_removed_as_folders(tmp_path):
+    from zarrmill.io.storage.paths import remove_empty_folder
+
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    full.mkdir()
+    (full / "keep.txt").write_text("not zarrmill's")
+    remove_empty_folder(empty)
+    assert not empty.exists()
+    with pytest.raises(OSError):
+        remove_empty_folder(full)
+    assert (full / "keep.txt").read_text() == "not zarrmill's"

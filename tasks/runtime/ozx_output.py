@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, OutputLockedError, UnsafeOutputError
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
-from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, remove_bookkeeping
+from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, never_delete, remove_bookkeeping, remove_empty_folder
 from ..io.storage.ozx_path import BUILD, SUFFIX
 from ..io.storage.zip_writer import ZipWriter
 from .contract import TaskParams
@@ -169,9 +169,21 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
         writer.close(archive_comment(build))
         done.write_text("packed\n")
     if partial.exists():
-        os.replace(partial, target)  # complete and synced: only now does the target change
+        replace_archive(partial, target, build)  # complete and synced: only now does the target change
         _sync_folder(target.parent)
     _empty_build(build, guard)
+
+
+def replace_archive(partial: Path, target: Path, build: Path) -> None:
+    """The complete archive onto the target, checked again at this moment (under the build store's
+    lock): the target is absent, or an archive packed from this build store. Anything else put
+    there since the run began (a folder, a link, someone's zip) is refused and left as it is."""
+    never_delete(target)
+    if os.path.lexists(target) and not _packed_here(target, build):
+        raise UnsafeOutputError(f"{target}: appeared while the archive was packed and zarrmill did not write it, so "
+                                f"it is never replaced; the archive is in {partial}: move it yourself, or rerun "
+                                "with another output")
+    os.replace(partial, target)
 
 
 def _remove_packed(guard: OutputGuard, paths: list[Path]) -> None:
@@ -212,7 +224,7 @@ def _empty_build(build: Path, guard: OutputGuard) -> None:
             if path != build / METADATA:
                 guard.remove(path)
         for name in dirs:
-            os.rmdir(Path(folder) / name)  # emptied above; anything else in it stops here
+            remove_empty_folder(Path(folder) / name)  # emptied above; anything else in it stops here
 
 
 def _sync_folder(folder: Path) -> None:

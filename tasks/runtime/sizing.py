@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ZarrmillError, warn
 from ..io.storage.guard import OutputGuard, open_guard
+from ..io.storage.paths import remove_empty_folder
 from ..io.storage.location import is_remote
 from .contract import PlanContext, TaskParams
 from .registry import get_task
@@ -72,7 +73,7 @@ def _remove_scratch(scratch: Path, guards: list[OutputGuard]) -> None:
     folders = sorted((Path(d) for d, _, _ in os.walk(scratch)), key=lambda d: len(d.parts), reverse=True)
     for folder in folders:
         try:
-            os.rmdir(folder)
+            remove_empty_folder(folder)
         except OSError:
             warn(folder, "not empty after the dry run (something else wrote there); left as it is")
             return

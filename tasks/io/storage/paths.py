@@ -99,6 +99,13 @@ def never_delete(path: Path) -> None:
             raise UnsafeOutputError(f"{path}: refusing to delete or empty it: it is or contains {bad}")
 
 
+def remove_empty_folder(path: str | os.PathLike[str]) -> None:
+    """Delete a folder only if it is empty (``rmdir``: anything put in it, by anyone, stops it,
+    as ``OSError``), and never /, the current folder, home or a folder holding them."""
+    never_delete(Path(path))
+    os.rmdir(path)
+
+
 def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
     """Delete one of zarrmill's own bookkeeping files or folders: ledger records and locks inside a
     store's bookkeeping folder, locks in a scheduled run's state folder, a run folder. Refused for
