@@ -31,8 +31,10 @@ def _leave_stale_lock(path: Path) -> None:
 
 def _locks(tmp_path: Path) -> Path:
     """Locks live in zarrmill's bookkeeping folders (an output's .zarrmill, a state folder)."""
+    from zarrmill.io.storage.guard_fs import make_own_folder
+
     folder = tmp_path / ".out.zarr.zarrmill"
-    folder.mkdir(exist_ok=True)
+    make_own_folder(folder)  # as zarrmill makes it: with its marker
     return folder
 
 
@@ -219,8 +221,8 @@ def test_a_create_without_hard_links_leaves_nothing_when_its_write_fails(tmp_pat
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("zarrmill.io.storage.backend.os.fsync", full)
+    monkeypatch.setattr("zarrmill.io.storage.disk_backend.os.fsync", full)
     with pytest.raises(OSError) as err:
         backend.create("new", b"mine")
     assert err.value.filename == str(backend.root / "new")
-    assert sorted(p.name for p in backend.root.iterdir()) == ["held"]
+    assert sorted(p.name for p in backend.root.iterdir()) == [".zarrmill-folder", "held"]

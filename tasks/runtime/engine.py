@@ -87,6 +87,9 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
         except Exception:  # noqa: BLE001 - a server that is gone cannot be cleaned now; the rerun resumes
             if not remote_failure:
                 raise
+        finally:
+            _release(lock, root)
+            guard.remove_made_folders()  # rmdir, once the lock is gone from the bookkeeping folder
         if remote_failure and isinstance(err, Exception):
             from ..io.storage.object_store import describe_access_error
 
@@ -94,12 +97,17 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
                                   f"resolved: the units done so far are kept") from err
         raise
     finally:
-        try:
-            lock.release()
-        except Exception as err:  # noqa: BLE001 - a lock left in a bucket goes stale; the next run takes it over
-            if not is_remote(root):
-                raise
-            log.warning("could not remove the run lock of %s (%s); it goes stale by itself", root, type(err).__name__)
+        _release(lock, root)
+
+
+def _release(lock: Lease, root: Any) -> None:
+    """Let go of the run lock (a second call does nothing)."""
+    try:
+        lock.release()
+    except Exception as err:  # noqa: BLE001 - a lock left in a bucket goes stale; the next run takes it over
+        if not is_remote(root):
+            raise
+        log.warning("could not remove the run lock of %s (%s); it goes stale by itself", root, type(err).__name__)
 
 
 def local_error_log(root: Any, step: str) -> Path:
@@ -133,13 +141,15 @@ def _unnamed_os_error(err: BaseException) -> bool:
 
 
 def _lock_output(step: str, guard: OutputGuard) -> Lease:
-    """One run at a time per output: the owner marker, then the lock beside it."""
-    guard.claim(step)
+    """One run at a time per output: the lock (in the bookkeeping folder), then the claim under it
+    (two runs starting at one instant never both write an owner marker)."""
+    guard.prepare()
     lock = open_lock(guard.lock_path)
     try:
         lock.acquire()
     except Locked as err:
         guard.rollback()
+        guard.remove_made_folders()
         raise OutputLockedError(f"{guard.root}: another zarrmill run is writing this output ({err}); wait for "
                                 "it to end, or choose another output") from None
     return lock
@@ -147,6 +157,7 @@ def _lock_output(step: str, guard: OutputGuard) -> Lease:
 
 def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[[], Any], opts: StepOptions,
                 guard: OutputGuard, lock: Lease, rec: StepRecord, t0: float) -> StepReport:
+    guard.claim(step)  # under the lock: a failure from here on is rolled back by run_step
     root = guard.root
     ledger = open_ledger(root, step)
     opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"

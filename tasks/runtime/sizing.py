@@ -70,6 +70,7 @@ def _remove_scratch(scratch: Path, guards: list[OutputGuard]) -> None:
     dry run made, only if empty: what someone else put there is left, and said."""
     for guard in reversed(guards):
         guard.rollback()
+        guard.remove_made_folders()
     folders = sorted((Path(d) for d, _, _ in os.walk(scratch)), key=lambda d: len(d.parts), reverse=True)
     for folder in folders:
         try:

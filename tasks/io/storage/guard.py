@@ -45,7 +45,9 @@ class OutputGuard:
         self.place = place_of(root, inputs)
         self.root = self.place.root
         self.in_place = in_place
-        self._made: list[Any] = []  # created by this run, newest last (rollback order)
+        self._made: list[tuple[Any, str]] = []  # (what, MADE_KINDS) created by this run, newest last
+        self._left: list[Any] = []  # folders a rollback emptied: rmdir'd once the lock is let go
+        self._prepared = False
         self._fresh = False  # the root held no data when this run checked it (known_absent)
         # every node this run created and its ancestors, kept through commit (known_absent)
         self._made_or_above: set[str] = set()
@@ -100,11 +102,20 @@ class OutputGuard:
             self.remove(self.root / CLAIM_FILE)
 
     # -- claiming and creating -----------------------------------------------------------------
+    def prepare(self) -> None:
+        """Create the root, its missing parents and its bookkeeping folder (where the lock lives),
+        remembered for rollback; the bookkeeping folder is judged first (never a link)."""
+        if not self._prepared:
+            self._prepared = True
+            for made, kind in self.place.prepare():
+                self._remember([made], kind)
+
     def claim(self, step: str) -> None:
-        """Create the root (and missing parents, remembered for rollback) and, for a new or empty
-        root, write the owner marker and the store's claim before anything else is created in it."""
+        """For a new or empty root, write the owner marker and the store's claim before anything
+        else is created in it. Called holding the output's lock (engine.py), so two runs cannot
+        both claim; checked again now that no other run can change it."""
         self.check()
-        self._remember(self.place.prepare())  # remembered: a failed plan on someone else's store removes it again
+        self.prepare()
         if self.in_place or self.owned():
             return
         meta = self.place.meta
@@ -117,7 +128,7 @@ class OutputGuard:
         try:
             self.ownership.claim(step)
         finally:
-            self._remember(new)  # a failed plan leaves no marker and no claim it made
+            self._remember(new, "file")  # a failed plan leaves no marker and no claim it made
 
     def known_absent(self, path: Any) -> bool:
         """Nothing is at ``path`` and no request is needed to know it: the root held no data when
@@ -125,19 +136,19 @@ class OutputGuard:
         anything under it. (A bucket then asks nothing before creating a node.)"""
         return self._fresh and str(path).rstrip("/") not in self._made_or_above
 
-    def _remember(self, paths: Iterable[Any]) -> None:
-        """Created by this run: for rollback (``_made``) and for ``known_absent`` (each node with its
-        ancestors, up to the first one already known: a set lookup per node, not a scan)."""
+    def _remember(self, paths: Iterable[Any], kind: str) -> None:
+        """Created by this run: for rollback (``_made``, with its kind) and for ``known_absent``
+        (each node with its ancestors, up to the first one already known: a set lookup per node)."""
         for made in paths:
-            self._made.append(made)
+            self._made.append((made, kind))
             text = str(made).rstrip("/")
             while text and text not in self._made_or_above:
                 self._made_or_above.add(text)
                 text = text.rpartition("/")[0]
 
     def make_dirs(self, path: Any) -> None:
-        """mkdir -p (nothing in a bucket), remembering what it created (for rollback)."""
-        self._remember(self.place.make_dirs(path))
+        """mkdir -p (nothing in a bucket), remembering what it created (rollback: rmdir, if empty)."""
+        self._remember(self.place.make_dirs(path), "folder")
 
     def contain(self, path: Any, what: str = "path") -> Any:
         """``path`` if it lies inside the root once normalised (and, on disk, resolved); '..' out of
@@ -155,7 +166,7 @@ class OutputGuard:
             if not self.owned():
                 self.make_dirs(self.bookkeeping)
                 self.ownership.record_created(self.place.rel(inner))
-            self._remember([inner])
+            self._remember([inner], "node")
         return inner
 
     # -- replacing and deleting ----------------------------------------------------------------
@@ -214,11 +225,24 @@ class OutputGuard:
         self._made.clear()
 
     def rollback(self) -> None:
-        """Remove what this run created (a failed plan): newest first, only what is still ours."""
-        for path in reversed(self._made):
-            self.place.discard(path)
+        """Remove what this run created (a failed plan), newest first: files by name, nodes it
+        recorded, the content of the store it claimed and of its bookkeeping (the lock aside);
+        folders are only ``rmdir``'d, when empty (:meth:`remove_made_folders`), so what anyone
+        else put in a folder this run made stays, with that folder."""
+        for path, kind in reversed(self._made):
+            if kind in ("file", "node", "store", "own"):
+                self.place.discard(path, kind)
+            if kind in ("folder", "parent", "store", "own"):
+                self._left.append(path)
         self._made.clear()
         self.ownership.forget()
+
+    def remove_made_folders(self) -> None:
+        """After a rollback, once the lock is let go: the folders this run made, deepest first,
+        each only if empty (a warning names any left because it holds something else)."""
+        left, self._left = self._left, []
+        for path in left:
+            self.place.discard_folder(path)
 
 
 def open_guard(root: Any, inputs: Iterable[Any] = (), in_place: bool = False) -> OutputGuard:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
+import stat
 from pathlib import Path
+
+from . import guard_fs
 
 from .ozx_path import is_virtual
 from ...errors import InputError, UnsafeOutputError
@@ -27,6 +29,14 @@ def bookkeeping_dir(root: str | os.PathLike[str]) -> Path:
     ledger of that store: ``<parent>/.<name>.zarrmill`` (the store's real location, links resolved)."""
     base = real(root)
     return base.parent / f".{base.name}{MARKER_SUFFIX}"
+
+
+def checked_key(key: str) -> str:
+    """A relative, '/'-separated bookkeeping key that cannot leave its folder."""
+    parts = key.split("/")
+    if key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise UnsafeOutputError(f"{key}: a bookkeeping key must stay inside its folder")
+    return key
 
 
 def is_bookkeeping_name(name: str) -> bool:
@@ -99,39 +109,40 @@ def never_delete(path: Path) -> None:
             raise UnsafeOutputError(f"{path}: refusing to delete or empty it: it is or contains {bad}")
 
 
-def remove_empty_folder(path: str | os.PathLike[str]) -> None:
-    """Delete a folder only if it is empty (``rmdir``: anything put in it, by anyone, stops it,
-    as ``OSError``), and never /, the current folder, home or a folder holding them."""
+def remove_empty_folder(path: str | os.PathLike[str], quiet: bool = True) -> bool:
+    """Delete a folder only if it is empty (``rmdir``: anything put in it, by anyone, stops it),
+    and never /, the current folder, home or a folder holding them. True when it is gone."""
     never_delete(Path(path))
-    os.rmdir(path)
+    return guard_fs.remove_empty(path, quiet=quiet)
 
 
 def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
     """Delete one of zarrmill's own bookkeeping files or folders: ledger records and locks inside a
     store's bookkeeping folder, locks in a scheduled run's state folder, a run folder. Refused for
-    anything else, and for /, the current folder and home."""
+    anything else, and for /, the current folder and home. The folder that makes it bookkeeping is
+    judged as it is acted on (a real folder of the running user's, never a link), and the path is
+    reached below it without following links."""
     path = Path(os.path.abspath(path))
     never_delete(path)
-    if not _is_bookkeeping(path):
+    base = _bookkeeping_base(path)
+    if base is None:
         raise UnsafeOutputError(f"{path}: not in a folder zarrmill keeps for itself; it is never deleted")
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
+    if not guard_fs.check_own_folder(base, "bookkeeping", marked=is_bookkeeping_name(base.name)):
+        return
+    guard_fs.remove(base.parent if base == path else base, path, tree=True)
 
 
-def _is_bookkeeping(path: Path) -> bool:
-    """Inside a store's bookkeeping folder, or in (or two levels below) a folder carrying a marker."""
-    if any(is_bookkeeping_name(p.name) for p in path.parents):
-        return True
-    return any((folder / marker).is_file() for folder in (path, path.parent, path.parent.parent)
-               for marker in BOOKKEEPING_MARKERS)
-
-
-def _listing(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
-
-
+def _bookkeeping_base(path: Path) -> Path | None:
+    """The store bookkeeping folder holding ``path``, else the nearest of ``path`` and two folders
+    above it that carries a run or state marker (a regular file, not a link)."""
+    for folder in path.parents:
+        if is_bookkeeping_name(folder.name):
+            return folder
+    for folder in (path, path.parent, path.parent.parent):
+        for marker in BOOKKEEPING_MARKERS:
+            try:
+                if stat.S_ISREG(os.lstat(folder / marker).st_mode):
+                    return folder
+            except OSError:
+                continue
+    return None

@@ -10,15 +10,15 @@ it overlap an input, what is under a node, is a path inside the root) and does t
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
 from ...errors import InputNotFoundError, UnsafeOutputError
+from . import guard_fs
 from .backend import DiskBackend, ObjectBackend
 from .location import as_location, is_remote, key_of
 from .object_store import delete_keys, has_objects, keys_under, probe_prefix
-from .paths import (CLAIM_FILE, MARKER_SUFFIX, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete,
+from .paths import (CLAIM_FILE, LOCK_FILES, MARKER_SUFFIX, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete,
                     real)
 
 
@@ -74,7 +74,7 @@ class DiskPlace:
     def make_dirs(self, path: Any) -> list[Path]:
         """mkdir -p; returns the folders it created (a concurrent run's are not ours)."""
         missing, p = [], Path(path)
-        while not p.exists():
+        while not os.path.lexists(p):
             missing.append(p)
             p = p.parent
         made = []
@@ -108,27 +108,41 @@ class DiskPlace:
         never_delete(Path(path))
 
     def delete(self, path: Any) -> None:
-        path = Path(path)
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.exists():
-            shutil.rmtree(path)
+        """A node of the output, by descriptor from the root down, never through a link."""
+        path = Path(os.path.abspath(path))
+        base = self.root.parent if path == self.root else self.root
+        guard_fs.remove(base, path, tree=True)
 
-    def discard(self, path: Any) -> None:
-        """Rollback: remove what this run made, errors ignored (it may be gone already)."""
+    def discard(self, path: Any, kind: str) -> None:
+        """Rollback of one thing this run made (guard.py: MADE_KINDS); folders are only emptied of
+        what is this run's own here: their ``rmdir`` comes in :meth:`discard_folder`."""
         path = Path(path)
         never_delete(path)  # made by this run, so never one of these; checked all the same
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                path.unlink()
-            except OSError:
-                pass
+        if kind == "file" and not guard_fs.lstat_dir(path):
+            guard_fs.remove(path.parent, path, tree=False)
+        elif kind == "node":
+            guard_fs.remove(self.root, path, tree=True)
+        elif kind == "store" and guard_fs.lstat_dir(path):
+            for name in _listing(path) + [CLAIM_FILE]:
+                guard_fs.remove(path, path / name, tree=True)
+        elif kind == "own" and guard_fs.check_own_folder(path, "bookkeeping folder"):
+            for name in set(os.listdir(path)) - {*LOCK_FILES, guard_fs.FOLDER_MARKER}:  # the lock goes when released
+                guard_fs.remove(path, path / name, tree=True)
 
-    def prepare(self) -> list[Path]:
-        """Before a claim: the root and its bookkeeping folder exist; returns the folders made."""
-        return self.make_dirs(self.root) + self.make_dirs(self.bookkeeping)
+    def discard_folder(self, path: Any) -> None:
+        """A folder this run made, once the run let go of its lock: ``rmdir``, only when empty."""
+        never_delete(Path(path))
+        guard_fs.remove_empty(path)
+
+    def prepare(self) -> list[tuple[Path, str]]:
+        """Before the lock: the root and its bookkeeping folder exist (the latter judged: a real
+        folder of zarrmill's, never a link); returns what it made, with its kind."""
+        guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder")
+        made = [(p, "parent") for p in self.make_dirs(self.root.parent)]
+        made += [(p, "store") for p in self.make_dirs(self.root)]
+        if guard_fs.make_own_folder(self.bookkeeping, "bookkeeping folder"):
+            made.append((self.bookkeeping, "own"))
+        return made
 
 
 class BucketPlace:
@@ -203,13 +217,21 @@ class BucketPlace:
     def delete(self, path: Any) -> None:
         delete_keys(self.root, keys_under(path))
 
-    def discard(self, path: Any) -> None:
+    def discard(self, path: Any, kind: str) -> None:
+        """Rollback: the keys under what this run made (a bookkeeping prefix's lock goes when it is
+        released); errors ignored (a server that is gone cannot be cleaned now; the rerun resumes)."""
         try:
-            self.delete(path)
+            keys = keys_under(path)
+            if kind == "own":
+                keys = [k for k in keys if k.rsplit("/", 1)[-1] not in LOCK_FILES]
+            delete_keys(self.root, keys)
         except OSError:
-            pass  # a server that is gone cannot be cleaned now; the rerun resumes
+            pass
 
-    def prepare(self) -> list[Any]:
+    def discard_folder(self, path: Any) -> None:
+        """No folders in a bucket."""
+
+    def prepare(self) -> list[tuple[Any, str]]:
         """Before a claim, once per guard: does the server refuse a second create-only put of one
         key? (No folders to make: the prefix is made by the objects put under it.)"""
         import uuid
