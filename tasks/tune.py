@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import math
-import shutil
 from pathlib import Path
 from typing import Literal
 
@@ -167,7 +166,8 @@ def run_unit(p: Params, unit: Unit) -> int:
     if unit["kind"] == "own":
         return _own_row(p, unit)
     out = Path(p.output) / "samples" / unit["id"]
-    shutil.rmtree(out, ignore_errors=True)
+    guard = OutputGuard(p.output)  # the sample folder goes through the guard: never through a swapped-in link
+    guard.remove(out)
     out.mkdir(parents=True)
     paths, raw, comp = [], 0, 0
     for src in sorted((Path(p.output) / "samples" / "source").glob("*.npy")):
@@ -192,14 +192,14 @@ def run_unit(p: Params, unit: Unit) -> int:
                 "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1), "reader": _reader(p),
                 "sample_mb": round(raw / 1e6, 6)})
     (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
-    shutil.rmtree(out, ignore_errors=True)
+    guard.remove(out)
     return raw
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
     out = Path(p.output)
     rows = [yaml.safe_load(f.read_text()) for f in sorted((out / "samples").glob("*.yaml"))]
-    shutil.rmtree(out / "samples" / "source", ignore_errors=True)
+    (ctx.guard or OutputGuard(out)).remove(out / "samples" / "source")
     npy = next(r for r in rows if r["id"] == "npy")
     own = next((r for r in rows if r["id"] == "nnunet-own-files"), None)
     rows = sorted((r for r in rows if r["id"] != "npy"), key=lambda r: -r["patches_per_s"])

@@ -110,22 +110,34 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..io.storage.location import reset_clients
-    from .malloc import return_freed_memory
+    from .redaction import redacted_terminal
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with redacted_terminal():  # every line the command prints, a usage error's too, without credentials
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
+    from ..io.storage.location import check_endpoint_environment, reset_clients
+    from .malloc import return_freed_memory
+    from .redaction import redact_records, redacting_excepthook
+
     debug = "--debug" in argv  # accepted anywhere on the line, not only before the command
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
     args.debug = debug
+    if debug:
+        sys.excepthook = redacting_excepthook  # the traceback --debug lets through is printed redacted
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    for terminal in _terminal_handlers():
+        redact_records(terminal)
     if not args.debug:
         _libraries_log_to_a_file()
     from .commands import COMMANDS
 
-    reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
     return_freed_memory()  # before any plane is read; dask and SLURM workers inherit it
     try:
+        check_endpoint_environment()  # AWS_ENDPOINT_URL* with a credential: one line, exit 2
+        reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
         return COMMANDS[args.command](args)
     except ZarrmillError as err:
         if args.debug:
@@ -144,10 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         if reason is not None:  # the file system said no (a path too long, a loop, a folder it cannot create)
             print(f"zarrmill: error: {reason}", file=sys.stderr)
             return 2
-        from ..io.storage.secrets import redact
-
         log = _save_traceback(err)
-        print(f"zarrmill: error: unexpected {type(err).__name__}: {redact(str(err))} (traceback: {log or 'rerun with --debug'}; "
+        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
               "please report it)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -165,12 +175,8 @@ LIBRARY_LOGGERS = ("tifffile", "bioio", "bioio_base", "bioio_ome_tiff", "bioio_t
 def _libraries_log_to_a_file() -> None:
     """Library log records go to ``<runs folder>/logs/<time>-<pid>.log`` (made only when a record
     comes), never to the terminal; ``--debug`` shows them."""
-    from ..io.storage.secrets import redact
+    from .redaction import redact_records
     from .rundirs import runs_root
-
-    class Redacting(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return redact(super().format(record))
 
     class FolderOnFirstRecord(logging.FileHandler):
         def _open(self):  # the folder and file appear only when a library logs something
@@ -179,7 +185,8 @@ def _libraries_log_to_a_file() -> None:
 
     path = runs_root() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     handler = FolderOnFirstRecord(path, delay=True, encoding="utf-8")
-    handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    redact_records(handler)
     handler._zarrmill = True  # type: ignore[attr-defined]
     for name in LIBRARY_LOGGERS + ("",):  # "": the root, where every other library's records arrive
         logger = logging.getLogger(name)
@@ -189,10 +196,15 @@ def _libraries_log_to_a_file() -> None:
         logger.propagate = not name
     # the terminal shows zarrmill's own records only; other libraries' (bioio-czi's tracebacks,
     # xsdata's converter warnings through Python's warnings) are in the file
-    for terminal in logging.getLogger().handlers:
-        if type(terminal) is logging.StreamHandler and not any(isinstance(f, _OwnRecords) for f in terminal.filters):
+    for terminal in _terminal_handlers():
+        if not any(isinstance(f, _OwnRecords) for f in terminal.filters):
             terminal.addFilter(_OwnRecords())
     logging.captureWarnings(True)
+
+
+def _terminal_handlers() -> list[logging.Handler]:
+    """The root's plain stream handlers: what ``logging.basicConfig`` installed for the terminal."""
+    return [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
 
 
 class _OwnRecords(logging.Filter):

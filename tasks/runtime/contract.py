@@ -17,6 +17,7 @@ The module docstring is the task's user documentation (``zarrmill tasks NAME``).
 """
 from __future__ import annotations
 
+import json
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,12 @@ class TaskParams(BaseModel):
                 if scheme_of(str(v)) and (not self.OBJECT_STORES or field in self.LOCAL_FIELDS):
                     where = self.LOCAL_WHY if self.OBJECT_STORES else f"task {task} reads and writes local paths only"
                     raise ConfigError(f"{v}: {field} is a URL; {where}")
+        from ..io.storage.secrets import refuse_secret_url
+
+        # a credential in any other text (a name, a label, a pattern) would be stored with the
+        # parameters in the ledger and the provenance: refused like one in a path
+        for field, value in self.model_dump(mode="json").items():
+            refuse_secret_url(json.dumps(value), field)
         return self
 
     def input_paths(self) -> list[Path]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..io.storage.atomic import atomic_write_json
+from ..io.storage.secrets import redact_tree
 
 STATE_MARKER = ".zarrmill-state"  # one of the output guard's BOOKKEEPING_MARKERS
 
@@ -70,7 +71,8 @@ class History:
 
     # -- writing -----------------------------------------------------------------------------
     def _save(self, run: Run) -> None:
-        atomic_write_json(self._folder(run.dataset) / f"{run.id}.json", asdict(run))
+        # a dataset's error line is stored: redacted, as it was shown
+        atomic_write_json(self._folder(run.dataset) / f"{run.id}.json", redact_tree(asdict(run)))
 
     def _new(self, dataset: str, path: str, status: str, **fields) -> Run:
         run_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"

@@ -20,7 +20,7 @@ from dask.utils import parse_bytes
 from ..errors import ExecutorError
 from .budget import MEMORY, budget_of
 from .schedulers import scheduler
-from .schedulers.base import Scheduler, job_script_value, sanitize_job_name, shell_safe_path, tail_file
+from .schedulers.base import Scheduler, checked_script, job_script_value, sanitize_job_name, shell_safe_path, tail_file
 from .spec import ExecutorSpec, Resources
 
 # dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers, which turns off glibc's dynamic mmap
@@ -174,7 +174,13 @@ def render_job_script(spec: ExecutorSpec, name: str, run_dir: Path, resources: R
     with tempfile.TemporaryDirectory() as stand_in:  # dask-jobqueue creates the log folder it is given
         job = job_cls(scheduler=f"{protocol}DRIVER-HOST:PORT", name=kwargs["job_name"], security=security,
                       protocol=protocol, log_directory=stand_in, **job_kwargs)
-        return job.job_script().replace(stand_in, str(real_logs))
+        return checked_script(job.job_script().replace(stand_in, str(real_logs)), worker_script_source(batch))
+
+
+def worker_script_source(batch: Scheduler) -> str:
+    """Where a worker job script's values come from, named in a refusal."""
+    return (f"the {batch.label} worker job script (executor.{batch.kind} settings, job_script_prologue "
+            f"or dask-jobqueue's jobqueue.{batch.kind} config)")
 
 
 def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None) -> tuple[Any, Any]:
@@ -188,7 +194,7 @@ def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resource
     except (TypeError, ValueError) as err:
         raise ExecutorError(f"executor.{batch.kind}: {batch.cluster_class} rejected the settings: {err}") from err
     try:
-        batch.check_script(cluster.job_script())
+        batch.check_script(checked_script(cluster.job_script(), worker_script_source(batch)))
     except BaseException:
         cluster.close()
         raise

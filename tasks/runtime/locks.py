@@ -6,19 +6,20 @@ bucket prefix alike.
 A lock is a key created exclusively with its whole content: holder host, pid, a token and the time
 of its last heartbeat. The holder renews it every ``heartbeat`` seconds, only if it is still the
 version it renewed last (a lease): a bucket's object is rewritten with ``If-Match``; a file is
-touched, never rewritten (a disk has no conditional rename that could not replace a taker's lock). A lock whose holder is dead (same host, pid gone) or whose
-heartbeat is older than ``stale_after`` may be taken over. Taking over is serialised by a second
-exclusive key, ``<lock>.takeover``: only its holder may judge the lock stale again, remove it and
-create its own, so two takers can never both win, and a fresh lock created meanwhile by a plain
-acquirer is never removed (it is not stale). A taker that dies holding ``.takeover`` blocks
-takeovers for ``takeover_stale`` seconds, no more.
+touched, never rewritten (a disk has no conditional rename that could not replace a taker's lock). A
+lock whose holder is dead (same host, pid gone) or whose heartbeat is older than ``stale_after`` may
+be taken over. Taking over is serialised by a second exclusive key, ``<lock>.takeover``: only its
+holder may judge the lock stale again, remove it and create its own, so two takers can never both
+win, and a fresh lock created meanwhile by a plain acquirer is never removed (it is not stale). A
+taker that dies holding ``.takeover`` blocks takeovers for ``takeover_stale`` seconds, no more.
 
-The heartbeat rides out transient storage errors (it retries at the next beat); it stops for good
-only when the lock names another holder, and then :meth:`Lease.lost` is true: the engine checks it
-between units and stops the step with one line before it writes anything more. Heartbeats come from
-each host's clock: hosts whose clocks differ by more than ``stale_after`` misjudge them. The host
-name in a lock is for people; a dead holder is recognised by its pid only from the same kernel boot
-and pid namespace (:func:`process_space`)."""
+A heartbeat that fails (a storage error, a renewal refused) is a warning and is retried at the next
+beat. The lease is lost when the lock names another holder or is gone, or once no heartbeat has
+taken for ``stale_after`` seconds (others may take it over from then on); then :meth:`Lease.lost` is
+true: the engine checks it between units and stops the step with one line before it writes anything
+more. Heartbeats come from each host's clock: hosts whose clocks differ by more than ``stale_after``
+misjudge them. The host name in a lock is for people; a dead holder is recognised by its pid only
+from the same kernel boot and pid namespace (:func:`process_space`)."""
 from __future__ import annotations
 
 import json
@@ -31,9 +32,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..errors import StepFailedError
+from ..errors import StepFailedError, warn
 from ..io.storage.backend import Backend, DiskBackend, backend_for
 from ..io.storage.location import as_location
+from ..io.storage.secrets import redact
 
 log = logging.getLogger("zarrmill.locks")
 UNREADABLE_GRACE = 5.0  # seconds an empty or torn lock is given before it counts as stale
@@ -57,6 +59,11 @@ class Lease:
         self._lost = threading.Event()
         self._thread: threading.Thread | None = None
         self._version: str | None = None  # of the lock as this holder last wrote it
+        self._renewed: float | None = None  # monotonic time of the last beat that took (None: not held)
+        self._why = ""  # how the lock was lost to another run
+        self._problem = self._refusal = ""  # the last heartbeat's failure; why the last beat() did not take
+        self._stale = False  # lost because no heartbeat took for stale_after seconds
+        self._warned = False  # the one stderr line of a failing heartbeat was printed
 
     @property
     def where(self) -> str:
@@ -123,41 +130,80 @@ class Lease:
     def _start_heartbeat(self) -> None:
         version = self.backend.stat(self.name)
         self._version = version.token if version else None
+        self._renewed = time.monotonic()  # the lock was just written: a beat as fresh as any
         self._thread = threading.Thread(target=self._beat_until_stopped, daemon=True)
         self._thread.start()
 
     def _beat_until_stopped(self) -> None:
         while not self._stop.wait(self.heartbeat):
+            started = time.monotonic()  # before the write: others judge the beat by the time in it
             try:
-                self.beat()
+                problem = None if self.beat() else self._refusal
             except Exception as err:  # noqa: BLE001 - a storage hiccup: the next beat tries again
-                log.debug("heartbeat of %s failed (%s: %s); retrying", self.where, type(err).__name__, err)
-            if self._lost.is_set():
+                problem = f"{type(err).__name__}: {redact(str(err))[:200]}"
+            if self._stop.is_set():
+                return  # released meanwhile: a beat racing the release says nothing
+            if problem is None:
+                self._renewed = started
+            else:
+                self._missed(problem)
+            if self.lost():
                 return
 
-    def beat(self) -> None:
-        """Rewrite the lock with a fresh heartbeat if it is still this holder's; note a takeover."""
+    def _missed(self, problem: str) -> None:
+        """A heartbeat that did not take: one warning line per lease, a log record each time (the
+        terminal shows warnings already: a record per beat there would repeat the line)."""
+        self._problem = problem
+        log.info("heartbeat of lock %s failed (%s); retrying every %g s", self.where, problem, self.heartbeat)
+        if not self._warned:
+            self._warned = True
+            warn(self.where, f"the run lock's heartbeat failed ({problem}); retrying every {self.heartbeat:g} s. "
+                             f"Without one for {self.stale_after:g} s the run stops (another run may take it over)")
+
+    def beat(self) -> bool:
+        """Rewrite the lock with a fresh heartbeat if it is still this holder's: True when it took.
+        Another run's lock in its place, or none at all, ends the lease for good."""
         held = self.holder()
         if held is None or held.get("token") != self.token:
             if held is not None or self.backend.stat(self.name) is None:
-                self._lost.set()  # another run's lock, or none at all: this run no longer holds it
-            return
+                self._why = (f"another run ({held.get('host')}:{held.get('pid')}) holds it now" if held
+                             else "it was removed")
+                self._lost.set()  # this run no longer holds it
+            self._refusal = self._why or "the lock could not be read whole"
+            return False
         if self._version is not None and self.backend.renew(self.name, self._doc(), if_version=self._version):
             version = self.backend.stat(self.name)
             self._version = version.token if version else None
-        else:  # changed since our last write (another holder's write raced ours): judged at the next beat
-            version = self.backend.stat(self.name)
-            self._version = version.token if version else None
+            return True
+        # changed since this holder's last write (a write whose answer was lost), yet still naming
+        # this holder: renewed from that version at the next beat, which reads the holder again first
+        version = self.backend.stat(self.name)
+        self._version = version.token if version else None
+        self._refusal = "the lock changed since this run last renewed it"
+        return False
 
     def lost(self) -> bool:
+        """True once another run holds the lock, or once no heartbeat has taken for ``stale_after``
+        seconds (others may judge it stale now). Judged here too, not only by the heartbeat thread:
+        a beat may hang in a client's retries far longer than that."""
+        if (not self._lost.is_set() and self._renewed is not None and not self._stop.is_set()
+                and time.monotonic() - self._renewed > self.stale_after):
+            self._stale = True
+            self._lost.set()
         return self._lost.is_set()
 
     def check(self) -> None:
-        """Raise LeaseLost when another run took this lock over."""
-        if self._lost.is_set():
-            raise LeaseLost(f"{self.where}: another run took this run's lock over (its heartbeat was missed for "
-                            f"{self.stale_after:.0f} s); this run stopped before writing more. Let that run finish, "
-                            "then rerun to check the output")
+        """Raise LeaseLost when another run took this lock over, or it could not be renewed in time."""
+        if not self.lost():
+            return
+        if self._stale and not self._why:  # another run's lock seen meanwhile says more
+            raise LeaseLost(f"{self.where}: this run's lock could not be renewed for {self.stale_after:g} s "
+                            f"({self._problem or 'no heartbeat answered'}); another run may take it over, so this "
+                            "run stopped before writing more. Rerun once the storage answers: the units done so "
+                            "far are kept")
+        why = self._why or f"its heartbeat was missed for {self.stale_after:g} s"
+        raise LeaseLost(f"{self.where}: another run took this run's lock over ({why}); this run stopped before "
+                        "writing more. Let that run finish, then rerun to check the output")
 
     def release(self) -> None:
         self._stop.set()

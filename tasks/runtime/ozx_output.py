@@ -30,6 +30,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, OutputLockedError, UnsafeOutputError
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
+from ..io.storage.guard_fs import check_own_folder, make_own_folder, open_own_file, replace_file, walk, walk_regular
 from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, never_delete, remove_bookkeeping, remove_empty_folder
 from ..io.storage.ozx_path import BUILD, SUFFIX
 from ..io.storage.zip_writer import ZipWriter
@@ -75,6 +76,7 @@ def run_ozx_step(run_step: Callable[..., Any], step: str, task: Any, params: Tas
     build = build_root(target)
     _check_target(target, build, params)
     book = bookkeeping_dir(target)
+    make_own_folder(book, "bookkeeping folder")  # judged before the build store is made inside it
     if (book / DONE).exists() and not target.exists() and not (book / PACKED).exists():
         opts.upstream_changed = True  # the archive was removed since: the step is made again
     base = opts.provenance
@@ -129,10 +131,7 @@ def archive_owner(path: Path) -> str | None:
 def pack(build: Path, target: Path, fresh: bool) -> None:
     book = bookkeeping_dir(target)
     partial, journal, done = book / PACKED, book / JOURNAL, book / DONE
-    if fresh:  # the build store was (re)made: an earlier archive in the making is not of it
-        for path in (partial, journal, done):
-            if path.exists():
-                remove_bookkeeping(path)
+    check_own_folder(book, "bookkeeping folder")
     guard = open_guard(build)
     guard.check()
     lock = open_lock(guard.lock_path)
@@ -142,6 +141,9 @@ def pack(build: Path, target: Path, fresh: bool) -> None:
         raise OutputLockedError(f"{target}: another zarrmill run is writing this output ({err}); wait for it "
                                 "to end, or choose another output") from None
     try:
+        if fresh:  # the build store was (re)made: an earlier archive in the making is not of it
+            for path in (partial, journal, done):
+                remove_bookkeeping(path)  # under the lock: another run's archive in the making is never cut
         _pack_locked(build, target, guard, partial, journal, done)
     finally:
         lock.release()
@@ -167,7 +169,7 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
             writer.abandon()
             raise
         writer.close(archive_comment(build))
-        done.write_text("packed\n")
+        _write_own(done, b"packed\n")
     if partial.exists():
         replace_archive(partial, target, build)  # complete and synced: only now does the target change
         _sync_folder(target.parent)
@@ -183,7 +185,7 @@ def replace_archive(partial: Path, target: Path, build: Path) -> None:
         raise UnsafeOutputError(f"{target}: appeared while the archive was packed and zarrmill did not write it, so "
                                 f"it is never replaced; the archive is in {partial}: move it yourself, or rerun "
                                 "with another output")
-    os.replace(partial, target)
+    replace_file(partial, target)
 
 
 def _remove_packed(guard: OutputGuard, paths: list[Path]) -> None:
@@ -192,17 +194,17 @@ def _remove_packed(guard: OutputGuard, paths: list[Path]) -> None:
 
 
 def archive_order(build: Path) -> list[tuple[str, Path]]:
-    """(entry name, file): every ``zarr.json`` breadth-first, the root's first, then the other files."""
+    """(entry name, file): every ``zarr.json`` breadth-first, the root's first, then the other files.
+    Walked without following links; a link or special file in the build is refused, naming it."""
     meta: list[tuple[int, str, Path]] = []
     other: list[tuple[str, Path]] = []
-    for folder, dirs, files in os.walk(build):
-        dirs.sort()
-        rel = os.path.relpath(folder, build)
-        for name in sorted(files):
-            entry = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+    check_own_folder(build, "build store", marked=False)
+    for folder, rel, files in walk_regular(build):
+        for name in files:
+            entry = f"{rel}/{name}" if rel else name
             if name == METADATA:
                 meta.append((entry.count("/"), entry, Path(folder) / name))
-            elif not (rel == "." and name.startswith(".zarrmill")):  # the store's claim file is not data
+            elif not (not rel and name.startswith(".zarrmill")):  # the store's claim file is not data
                 other.append((entry, Path(folder) / name))
     return [(e, p) for _, e, p in sorted(meta)] + other
 
@@ -218,13 +220,21 @@ def archive_comment(build: Path) -> bytes:
 
 def _empty_build(build: Path, guard: OutputGuard) -> None:
     """Everything but the root ``zarr.json`` (it names the owner: the ledger stays valid)."""
-    for folder, dirs, files in os.walk(build, topdown=False):
+    for folder, dirs, files in reversed(list(walk(build))):  # deepest first, never through a link
         for name in files:
             path = Path(folder) / name
             if path != build / METADATA:
                 guard.remove(path)
         for name in dirs:
             remove_empty_folder(Path(folder) / name)  # emptied above; anything else in it stops here
+
+
+def _write_own(path: Path, data: bytes) -> None:
+    fd = open_own_file(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _sync_folder(folder: Path) -> None:

@@ -16,6 +16,7 @@ from ..io.storage.atomic import atomic_write_json
 from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
 from ..io.storage.location import as_location, is_remote, zarr_url
 from ..io.storage.ozx_path import OzxPath
+from ..io.storage.secrets import redact_tree
 
 
 
@@ -63,8 +64,11 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owne
     """Add or replace one step's entry in ``root``'s provenance. ``owner``: the id of the owner
     marker beside a store zarrmill created (the output guard checks the store names it)."""
     root = as_location(root)
-    entry = {"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow,
-             **({"owner": owner} if owner else {})}
+    # redacted before the document is written: parameters never hold a secret (contract.py), but
+    # a file is where a credential must never land
+    step = redact_tree(step)
+    entry = redact_tree({"zarrmill": __version__, "host": socket.gethostname(), "workflow": workflow,
+                         **({"owner": owner} if owner else {})})
     if _is_zarr_group(root):
         import zarr
 

@@ -4,12 +4,12 @@ parameters that only say where its store and inputs are: the same store reached 
 mount, path or node resumes (inputs are compared by content, through their fingerprint)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, TYPE_CHECKING
 
 from ..errors import OutputExistsError
 from ..io.storage.guard import OutputGuard, remove_bookkeeping
+from ..io.storage.guard_fs import walk
 from ..io.storage.location import location_key
 from .ledger import Ledger, StepRecord, diff_params, params_hash
 
@@ -83,12 +83,12 @@ def remove_partial_files(guard: OutputGuard) -> None:
     temp files are garbage. Only walked when resuming an interrupted step, and each goes through
     the guard: in a store zarrmill does not own (a step adding levels), only those under nodes it
     created; in the bookkeeping beside the store, zarrmill's own."""
-    for dirpath, _, names in os.walk(guard.root):
+    for dirpath, _, names in walk(guard.root):  # never through a link
         for name in names:
             path = Path(dirpath) / name
             if name.endswith(TEMP_SUFFIXES) and guard.may_replace(path):
                 guard.remove(path)
-    for dirpath, _, names in os.walk(guard.bookkeeping):
+    for dirpath, _, names in walk(guard.bookkeeping):
         for name in names:
             if name.endswith(TEMP_SUFFIXES):
                 remove_bookkeeping(Path(dirpath) / name)

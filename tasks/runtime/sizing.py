@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import ZarrmillError, warn
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.paths import remove_empty_folder
-from ..io.storage.location import is_remote
+from ..io.storage.location import as_location, is_remote
 from .contract import PlanContext, TaskParams
 from .registry import get_task
 from .unit_stream import as_stream
@@ -73,11 +73,19 @@ def _remove_scratch(scratch: Path, guards: list[OutputGuard]) -> None:
         guard.remove_made_folders()
     folders = sorted((Path(d) for d, _, _ in os.walk(scratch)), key=lambda d: len(d.parts), reverse=True)
     for folder in folders:
-        try:
-            remove_empty_folder(folder)
-        except OSError:
+        if not remove_empty_folder(folder):
             warn(folder, "not empty after the dry run (something else wrote there); left as it is")
             return
+
+
+def _in_place_field(params: Any) -> str:
+    """The parameter that names the store an in-place step adds to (``input``; ``image`` for labels)."""
+    root = str(params.ledger_root())
+    for name in type(params).model_fields:
+        value = getattr(params, name)
+        if isinstance(value, str) and str(as_location(value)) == root:
+            return name
+    return "input"
 
 
 def _needed_later(wf: Workflow, name: str) -> bool:
@@ -108,8 +116,9 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
             size.notes.append("not sized: it adds to a store in a bucket")
             return size
         scratch.mkdir()
-        guards.append(_copy_metadata(Path(update.get("input", params.ledger_root())), out, step.name))
-        update["input"] = str(out)
+        store_field = _in_place_field(params)  # the field naming the store it adds to: its copy takes its place
+        guards.append(_copy_metadata(Path(update.get(store_field, params.ledger_root())), out, step.name))
+        update[store_field] = str(out)
     else:
         scratch.mkdir()
         update["output"] = str(out)

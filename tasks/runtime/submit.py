@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .schedulers import scheduler
-from .schedulers.base import job_script_value, sanitize_job_name, shell_safe_path
+from .schedulers.base import checked_script, job_script_value, sanitize_job_name, shell_safe_path
 
 BODY = """
 # zarrmill workflow driver: plans steps, submits worker jobs (dask-jobqueue), records progress.
@@ -53,6 +53,8 @@ def submit_workflow(workflow: Path, sets: list[str], time: str, mem: str, direct
     stem = log_dir.resolve() / f"{sanitize_job_name(workflow.stem)}-driver"
     if suffix != "sh":  # a submit description running the script (HTCondor)
         text = text.replace("{script}", str(stem.with_suffix(".sh")))
+    for written in (script, text):  # nothing printed or written carries a credential
+        checked_script(written, "the driver job script (--set, --directive, --sbatch-arg or the workflow path)")
     if print_only:
         return None, text if suffix == "sh" else f"{text}\n# {stem.with_suffix('.sh')}:\n{script}", log
     log_dir.mkdir(parents=True, exist_ok=True)

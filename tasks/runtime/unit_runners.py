@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from ..errors import UnitError, ZarrmillError
+from ..io.storage.secrets import redact
 from .budget import resources_for, unit_memory
 from .contract import Task, TaskParams, Unit
 from .malloc import return_freed_memory, use_profile
@@ -26,7 +27,8 @@ def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
 
 
 def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
-    """What a worker runs: one unit. Errors come back as one line naming task, unit and region."""
+    """What a worker runs: one unit. Errors come back as one line naming task, unit and region,
+    redacted here, on the worker: the line goes to the terminal, the ledger and the worker's log."""
     return_freed_memory()  # a worker started without zarrmill's environment (once per process)
     use_profile(unit.get("allocator", "steady"))
     task = get_task(task_name)
@@ -35,9 +37,9 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
         return int(task.run_unit(params, unit) or 0)
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
         where = task.describe_unit(unit)
-        raise UnitError(
+        raise UnitError(redact(
             f"task {task_name}, unit {unit['id']} ({where}): {type(err).__name__}: {err}"
-        ) from err
+        )) from err
 
 
 def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: int) -> int:
@@ -137,19 +139,24 @@ def log_failure(opts: Any, unit: Unit, exc: BaseException) -> None:
 
     opts.error_log.parent.mkdir(parents=True, exist_ok=True)
     cause = exc.__cause__ or exc
+    text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
     with open(opts.error_log, "a", encoding="utf-8") as fh:
         fh.write(f"--- unit {unit['id']} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        fh.write("".join(traceback.format_exception(type(cause), cause, cause.__traceback__)))
+        fh.write(redact(text))  # a signed URL in a reader's error stays out of the file
 
 
 def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
+    """The failure line of a unit whose error did not come from ``execute_unit`` (a lost worker, a
+    cancelled future), redacted like the lines execute_unit makes."""
     if isinstance(exc, ZarrmillError):
-        return str(exc)
-    what = type(exc).__name__
-    # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
-    message = "the worker running it died" if what == "KilledWorker" else str(exc)
-    region = task.describe_unit(unit)
-    return f"task {task.name}, unit {unit['id']}{f' ({region})' if region else ''}: {what}: {message}"
+        line = str(exc)
+    else:
+        what = type(exc).__name__
+        # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
+        message = "the worker running it died" if what == "KilledWorker" else str(exc)
+        region = task.describe_unit(unit)
+        line = f"task {task.name}, unit {unit['id']}{f' ({region})' if region else ''}: {what}: {message}"
+    return redact(line)
 
 
 def _take(it: Iterator[Any], n: int) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
     spec = validate_model(WorkflowSpec, data, doc, ())
     if spec.storage is not None:  # before any step's URL is looked at
         apply_storage_block(spec.storage.model_dump(exclude_none=True))
+    _refuse_secrets(data, doc)
     steps, problems = {}, []
     for name, s in spec.steps.items():  # every step's problems, not only the first step's
         try:
@@ -103,6 +105,20 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
     if check_inputs:
         _check_inputs(ordered, doc)
     return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset)
+
+
+def _refuse_secrets(data: dict[str, Any], doc: Located) -> None:
+    """A credential in a URL in the workflow's name, description, variables or executor settings
+    would name run folders and jobs and land in job scripts and provenance: one line naming the
+    place (step parameters are checked by their task, storage.endpoint by apply_storage_block)."""
+    from ..io.storage.secrets import refuse_secret_url
+
+    for key, value in data.items():
+        if key not in ("steps", "storage"):
+            try:
+                refuse_secret_url(json.dumps(value, default=str), key)
+            except ConfigError as err:
+                raise ConfigError(f"{doc.where((key,))}: {err}") from None
 
 
 def _placeholder(for_each: ForEach) -> Dataset:

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .guard_fs import discard_temp, replace_file
 from .ozx_path import OzxPath, is_virtual
 
 
@@ -31,9 +32,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_file(tmp, path)
     except BaseException as err:
-        tmp.unlink(missing_ok=True)
+        discard_temp(tmp)
         if type(err).__module__ == "builtins" and isinstance(err, OSError) and err.filename is None:
             # write() and fsync() name no file (a full disk, a quota)
             err.filename = str(path)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .guard_fs import FOLDER_MARKER, check_own_folder, make_own_folder, open_below, open_folder, remove_entry
+from .guard_fs import (FOLDER_MARKER, check_own_folder, make_own_folder, open_below, open_folder, remove_entry,
+                       replace_entry)
 from .paths import checked_key, is_bookkeeping_name, never_delete
 
 # what link(2) answers on file systems without hard links (FAT/exFAT, s3fs-fuse, rclone, some FUSE)
@@ -85,6 +86,14 @@ class DiskBackend:
     def create(self, key: str, data: bytes, durable: bool = True) -> bool:
         """``durable=False`` skips the fsync (ledger records, which a node crash may lose: their
         units are redone; an fsync also flushes every chunk the units just wrote)."""
+        for _ in range(2):
+            try:
+                return self._create(key, data, durable)
+            except FileNotFoundError:  # fusefat, under many creates at once, loses a folder's descriptor
+                pass
+        return self._create(key, data, durable)
+
+    def _create(self, key: str, data: bytes, durable: bool) -> bool:
         with self._folder(key, create=True) as found:
             fd, name = found
             if self._links:
@@ -145,7 +154,7 @@ class DiskBackend:
             tmp = f"{name}.{uuid.uuid4().hex}.partial"
             _write_synced(os.open(tmp, _NEW, 0o644, dir_fd=fd), data, self.path(key), True, undo=(fd, tmp))
             try:
-                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces a link itself, never its target
+                replace_entry(fd, tmp, name)  # replaces a link itself, never its target
             except BaseException:
                 _unlink_quiet(fd, tmp)
                 raise
@@ -187,7 +196,7 @@ class DiskBackend:
             never_delete(self.path(key))
             with self._folder(key) as found:
                 if found is not None:
-                    remove_entry(found[0], found[1], tree=True)
+                    remove_entry(found[0], found[1], tree=True, links=False, where=self.path(key))
 
 
 def _descend(fd: int, parts: list[str], create: bool) -> int:

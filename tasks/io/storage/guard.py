@@ -147,8 +147,11 @@ class OutputGuard:
                 text = text.rpartition("/")[0]
 
     def make_dirs(self, path: Any) -> None:
-        """mkdir -p (nothing in a bucket), remembering what it created (rollback: rmdir, if empty)."""
-        self._remember(self.place.make_dirs(path), "folder")
+        """mkdir -p (nothing in a bucket), remembering what it created: a rollback empties a folder
+        of the bookkeeping (ledger records are this run's), and ``rmdir``s any other when empty."""
+        book = str(self.bookkeeping).rstrip("/")
+        own = str(path) == book or str(path).startswith(book + "/")
+        self._remember(self.place.make_dirs(path), "own" if own else "folder")
 
     def contain(self, path: Any, what: str = "path") -> Any:
         """``path`` if it lies inside the root once normalised (and, on disk, resolved); '..' out of

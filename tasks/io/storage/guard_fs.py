@@ -60,8 +60,10 @@ def _marked(path: os.PathLike[str] | str) -> bool:
     Judged by descriptor: the folder cannot be swapped in between."""
     fd = open_folder(path)
     try:
+        if _regular(fd, FOLDER_MARKER):  # the common case: no listing (some FUSE drives list badly under load)
+            return True
         names = os.listdir(fd)
-        if FOLDER_MARKER in names:
+        if FOLDER_MARKER in names:  # made since the look above (by a run starting this instant)
             return _regular(fd, FOLDER_MARKER)
         if not all(_own_name(n) for n in names):
             return False
@@ -134,7 +136,7 @@ def open_below(base_fd: int, parts: list[str]) -> int:
         try:
             nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
         except OSError as err:
-            if err.errno != errno.ELOOP:
+            if err.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(fd, part):
                 raise
             raise UnsafeOutputError(f"{part}: a symbolic link where zarrmill expects a folder of its own; nothing "
                                     "was read or deleted through it. Remove the link yourself (it may be a "
@@ -145,6 +147,13 @@ def open_below(base_fd: int, parts: list[str]) -> int:
     return fd
 
 
+def _is_link(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def _split(base: Path, path: os.PathLike[str] | str) -> list[str]:
     rel = os.path.relpath(os.path.abspath(path), base)
     parts = [] if rel == "." else rel.split(os.sep)
@@ -153,7 +162,7 @@ def _split(base: Path, path: os.PathLike[str] | str) -> list[str]:
     return parts
 
 
-def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: bool = True) -> bool:
+def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: bool = True, links: bool = True) -> bool:
     """Delete ``path`` (below the judged folder ``base``): a file or link by name, a folder whole
     (``tree``, never through a link inside it) or only when empty. Every folder on the way is
     entered without following links. False if nothing was there."""
@@ -173,16 +182,22 @@ def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: boo
     finally:
         os.close(root)
     try:
-        return remove_entry(fd, parts[-1], tree)
+        return remove_entry(fd, parts[-1], tree, links, where=path)
     finally:
         os.close(fd)
 
 
-def remove_entry(fd: int, name: str, tree: bool) -> bool:
+def remove_entry(fd: int, name: str, tree: bool, links: bool = True, where: object = None) -> bool:
+    """Delete ``name`` in the folder held by ``fd``; ``links=False``: a symbolic link there (in a
+    folder zarrmill keeps for itself, where it makes none) is refused and kept for its owner."""
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
+    if stat.S_ISLNK(st.st_mode) and not links:
+        raise UnsafeOutputError(f"{where or name}: a symbolic link zarrmill did not make, among its own files (target "
+                                f"{os.readlink(name, dir_fd=fd)}); nothing was deleted. Remove it yourself (it may be "
+                                "a colleague's), then rerun")
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=fd)  # a link goes, never what it points to
     elif tree:
@@ -190,24 +205,6 @@ def remove_entry(fd: int, name: str, tree: bool) -> bool:
     else:
         os.rmdir(name, dir_fd=fd)
     return True
-
-
-def remove_files_in(folder: os.PathLike[str] | str, names: list[str]) -> None:
-    """Delete plain entries of one folder (files or links, never folders), the folder entered once."""
-    fd = open_folder(folder, follow=True)
-    try:
-        for name in names:
-            if name in ("", ".", "..") or "/" in name:
-                raise UnsafeOutputError(f"{folder}/{name}: not a plain file name; never deleted")
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                raise UnsafeOutputError(f"{folder}/{name}: became a folder; zarrmill deletes only the files it packed")
-            os.unlink(name, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 def remove_empty(path: os.PathLike[str] | str, quiet: bool = False) -> bool:
@@ -274,6 +271,39 @@ def open_regular(path: os.PathLike[str] | str) -> int:
     return fd
 
 
+def open_own_file(path: os.PathLike[str] | str, flags: int) -> int:
+    """Open (creating it if absent) a file zarrmill keeps for itself, never through a link."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _refuse(path, "files", "is a symbolic link") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refuse(path, "files", "is not a regular file")
+    return fd
+
+
 def replace_file(source: os.PathLike[str] | str, target: os.PathLike[str] | str) -> None:
-    """Rename a file zarrmill wrote onto ``target`` (the caller judged the target a moment before)."""
+    """Rename a file zarrmill just wrote onto ``target``: the caller judged the target (a file of
+    an output it owns, an archive it packed) a moment before. A link at ``target`` is replaced
+    itself, never what it points to."""
     os.replace(source, target)
+
+
+def replace_entry(fd: int, source: str, target: str) -> None:
+    """Rename, within one folder held by descriptor, a temp file just written onto ``target``."""
+    os.replace(source, target, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def discard_temp(path: os.PathLike[str] | str) -> None:
+    """Remove a temp file this process made (``*.partial``) after a failed write; a folder or
+    anything gone already is left alone."""
+    if not str(path).endswith(".partial"):
+        raise UnsafeOutputError(f"{path}: not a temp file of zarrmill's; never deleted as one")
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -152,6 +152,17 @@ def reset_clients() -> None:
     _STORES.clear()
 
 
+def check_endpoint_environment() -> None:
+    """The endpoints every S3 client reads from the environment (AWS_ENDPOINT_URL,
+    AWS_ENDPOINT_URL_S3 and any other AWS_ENDPOINT_URL_<SERVICE>), refused like
+    ``storage.endpoint`` when one carries a credential: it would be shown in every S3 error."""
+    from .secrets import refuse_secret_url
+
+    for name, value in sorted(os.environ.items()):
+        if name.startswith("AWS_ENDPOINT_URL"):
+            refuse_secret_url(value, f"{name} (environment variable)")
+
+
 STORAGE_ENV = {"endpoint": ("AWS_ENDPOINT_URL_S3",), "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
                "profile": ("AWS_PROFILE",)}
 
@@ -185,6 +196,7 @@ def apply_storage_block(block: dict[str, Any] | None) -> None:
         import fsspec.config
 
         fsspec.config.conf.setdefault("s3", {})["anon"] = True  # and this process, imported already
+    check_endpoint_environment()  # the block set AWS_ENDPOINT_URL_S3; AWS_ENDPOINT_URL may still hold one
     reset_clients()
 
 

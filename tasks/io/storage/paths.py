@@ -129,7 +129,7 @@ def remove_bookkeeping(path: str | os.PathLike[str]) -> None:
         raise UnsafeOutputError(f"{path}: not in a folder zarrmill keeps for itself; it is never deleted")
     if not guard_fs.check_own_folder(base, "bookkeeping", marked=is_bookkeeping_name(base.name)):
         return
-    guard_fs.remove(base.parent if base == path else base, path, tree=True)
+    guard_fs.remove(base.parent if base == path else base, path, tree=True, links=False)
 
 
 def _bookkeeping_base(path: Path) -> Path | None:

@@ -125,9 +125,10 @@ class DiskPlace:
         elif kind == "store" and guard_fs.lstat_dir(path):
             for name in _listing(path) + [CLAIM_FILE]:
                 guard_fs.remove(path, path / name, tree=True)
-        elif kind == "own" and guard_fs.check_own_folder(path, "bookkeeping folder"):
+        elif kind == "own" and guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder") \
+                and guard_fs.lstat_dir(path):
             for name in set(os.listdir(path)) - {*LOCK_FILES, guard_fs.FOLDER_MARKER}:  # the lock goes when released
-                guard_fs.remove(path, path / name, tree=True)
+                guard_fs.remove(self.bookkeeping, path / name, tree=True, links=False)
 
     def discard_folder(self, path: Any) -> None:
         """A folder this run made, once the run let go of its lock: ``rmdir``, only when empty."""

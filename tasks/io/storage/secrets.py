@@ -1,10 +1,14 @@
 """Credentials never travel inside a URL: a ``user:password@`` part or a signed query (AWS, GCS,
 Azure signatures, tokens) would be echoed on the terminal and land in the ledger, provenance, logs
-and job scripts, where every parameter goes. Such a URL is one line that does not repeat the
-secret; anything zarrmill prints about a command line passes through :func:`redact`."""
+and job scripts, where every parameter goes. Such a URL given to zarrmill is one line that does not
+repeat the secret (:func:`refuse_secret_url`); text that arrives from elsewhere (a server's answer
+in a reader's error) passes through :func:`redact` wherever it leaves the process: the terminal and
+log handlers (runtime/redaction.py), errors.log, crash files, provenance and run history
+(:func:`redact_tree`)."""
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from ...errors import ConfigError
@@ -16,6 +20,10 @@ SECRET_QUERY_KEYS = frozenset({
     "x-goog-signature", "x-goog-credential", "googleaccessid", "sig", "token",
     "access_token", "id_token", "sas", "key", "api_key", "apikey", "password", "secret"})
 URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"]+)")
+# such a parameter after a '?' or '&' where no whole URL surrounds it ("GET /x?X-Amz-Signature=..")
+SECRET_PARAM = re.compile(r"(?<=[?&])(" + "|".join(map(re.escape, sorted(SECRET_QUERY_KEYS, key=len, reverse=True)))
+                          + r")=[^&\s'\"#]*", re.IGNORECASE)
+T = TypeVar("T")
 
 
 def secret_in_url(text: str) -> str | None:
@@ -44,16 +52,44 @@ def without_secret(text: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
 
 
+def _first_secret(text: str) -> tuple[str, str] | None:
+    """(what may be shown of it, what kind) of the first secret in ``text``: the text as one URL,
+    any URL inside it (a ``--set`` item, a job script line), or a signed query left without its URL."""
+    for url in (text, *(m.group(0) for m in URL.finditer(text))):
+        kind = secret_in_url(url)
+        if kind is not None:
+            return without_secret(url), kind
+    if SECRET_PARAM.search(text):
+        return "", "a signed query (signature or token)"
+    return None
+
+
 def refuse_secret_url(text: str, what: str = "path") -> None:
-    """One line, exit 2, for a URL that carries a credential; the line never repeats it."""
-    kind = secret_in_url(text)
-    if kind is not None:
-        raise ConfigError(f"{without_secret(text)}: {what} carries {kind} in the URL, which zarrmill refuses (it "
+    """One line, exit 2, for a URL (or text holding one) that carries a credential; the line never
+    repeats it."""
+    found = _first_secret(text)
+    if found is not None:
+        shown, kind = found
+        raise ConfigError(f"{shown + ': ' if shown else ''}{what} carries {kind} in the URL, which zarrmill refuses (it "
                           "would be shown and stored with the parameters); give the URL without it and set "
                           "credentials where the client looks for them (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
                           "AWS_PROFILE or ~/.aws for S3)")
 
 
 def redact(text: str) -> str:
-    """``text`` with every URL that carries a secret shortened to what may be shown."""
-    return URL.sub(lambda m: without_secret(m.group(0)) if secret_in_url(m.group(0)) else m.group(0), text)
+    """``text`` with every URL that carries a secret shortened to what may be shown, and the value
+    of any signed-query parameter left without its URL (a request line, a URL cut by a quote) dropped."""
+    text = URL.sub(lambda m: without_secret(m.group(0)) if secret_in_url(m.group(0)) else m.group(0), text)
+    return SECRET_PARAM.sub(lambda m: f"{m.group(1)}=…", text)
+
+
+def redact_tree(doc: T) -> T:
+    """A JSON-like document (dicts, lists, strings) with every string redacted: what zarrmill
+    writes to a file (provenance, run history) passes through here."""
+    if isinstance(doc, str):
+        return redact(doc)  # type: ignore[return-value]
+    if isinstance(doc, dict):
+        return {redact_tree(k): redact_tree(v) for k, v in doc.items()}  # type: ignore[return-value]
+    if isinstance(doc, (list, tuple)):
+        return type(doc)(redact_tree(v) for v in doc)  # type: ignore[return-value]
+    return doc

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from .guard_fs import open_own_file, open_regular
+
 LOCAL = struct.Struct("<IHHHHHIIIHH")
 CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 END64 = struct.Struct("<IQHHIIQQQQ")
@@ -54,22 +56,24 @@ class ZipWriter:
         self.entries = _read_journal(self.journal)
         self.names = {e.name for e in self.entries}
         end = self.entries[-1].end if self.entries else 0
-        self._file: BinaryIO = open(self.path, "r+b" if self.path.exists() else "w+b")
+        # both of zarrmill's own making, in its bookkeeping folder: never opened through a link
+        self._file: BinaryIO = open(open_own_file(self.path, os.O_RDWR), "r+b")
         self._file.truncate(end)  # a half-written entry after the last journaled one goes
         self._file.seek(end)
-        self._log = open(self.journal, "a", encoding="utf-8")
+        self._log = open(open_own_file(self.journal, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8")
         self._pending: list[Entry] = []  # added, not yet journaled (their sources must stay)
 
     def add(self, name: str, source: Path) -> Entry:
         """``source``'s bytes as entry ``name``, then the entry journaled (synced first)."""
         raw = name.encode()
         offset = self._file.tell()
-        size = os.path.getsize(source)
+        fd = open_regular(source)  # never through a link: only files zarrmill wrote are published
+        size = os.fstat(fd).st_size
         extra = struct.pack("<HHQQ", ZIP64_EXTRA, 16, size, size)
         self._file.write(LOCAL.pack(0x04034B50, VERSION, UTF8, 0, 0, DOS_DATE, 0, MAX32, MAX32, len(raw), len(extra)))
         self._file.write(raw + extra)
         crc, copied = 0, 0
-        with open(source, "rb") as src:
+        with open(fd, "rb") as src:
             while block := src.read(BLOCK):
                 crc = zlib.crc32(block, crc)
                 self._file.write(block)
@@ -136,14 +140,16 @@ class ZipWriter:
 
 def _read_journal(journal: Path) -> list[Entry]:
     """Finished entries; a line cut by a kill (no newline) is not one."""
-    if not journal.exists():
+    if not os.path.lexists(journal):
         return []
-    text = journal.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    entries = []
-    for line in lines[:-1]:
-        offset, size, crc, name = line.split("\t", 3)
-        entries.append(Entry(name, int(offset), int(size), int(crc)))
-    if lines[-1]:  # cut by a kill: dropped, so the next line starts on a line of its own
-        journal.write_text("".join(line + "\n" for line in lines[:-1]), encoding="utf-8")
+    with open(open_own_file(journal, os.O_RDWR), "r+", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+        entries = []
+        for line in lines[:-1]:
+            offset, size, crc, name = line.split("\t", 3)
+            entries.append(Entry(name, int(offset), int(size), int(crc)))
+        if lines[-1]:  # cut by a kill: dropped, so the next line starts on a line of its own
+            fh.seek(0)
+            fh.truncate()
+            fh.write("".join(line + "\n" for line in lines[:-1]))
     return entries

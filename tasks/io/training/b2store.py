@@ -4,7 +4,6 @@ for training workers."""
 from __future__ import annotations
 
 import math
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -12,6 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...errors import InputError
+from ..storage.guard_fs import discard_temp, replace_file
 from ..storage.location import Location, as_location, is_remote, zarr_url
 
 SLAB_BYTES = 64 * 2**20
@@ -75,11 +75,10 @@ def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
             arr.schunk.vlmeta["zarrmill"] = meta
         cbytes = arr.schunk.cbytes
         del arr
-        os.replace(tmp, path)
+        replace_file(tmp, path)
         return cbytes
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        discard_temp(tmp)
 
 
 class PatchArray:

@@ -112,11 +112,25 @@ def job_script_value(name: str, value: object) -> None:
     """A value that goes into a job script: one line, no control characters (a newline in a shared
     workflow's walltime or scheduler option would be a new command in the script). Lists are
     checked item by item."""
+    from ...io.storage.secrets import refuse_secret_url
+
     items = value if isinstance(value, (list, tuple)) else [value]
     for item in items:
         if isinstance(item, str) and _CONTROL.search(item):
             raise ConfigError(f"{name}: {item!r} contains a newline or control character; job script values "
                               "must be one plain line")
+        if isinstance(item, str):
+            refuse_secret_url(item, name)  # a job script is a file, kept by the scheduler too
+
+
+def checked_script(script: str, what: str) -> str:
+    """A whole job script before it is printed, written or submitted: one carrying a credential
+    (from a value no single check saw: a prologue line, dask-jobqueue's own config) is refused,
+    never written with it nor silently run without it."""
+    from ...io.storage.secrets import refuse_secret_url
+
+    refuse_secret_url(script, what)
+    return script
 
 
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@%:,=-]+")

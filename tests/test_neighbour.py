@@ -1,0 +1,286 @@
+"""A careless or hostile neighbour on shared storage: symlinks, files and folders planted at the
+paths zarrmill creates or deletes, before a run and while it works, on disk and through a second
+mount. Each case snapshots the neighbour's files (everything outside the output) before and after:
+nothing of theirs is deleted, changed or published, and zarrmill says so in one line."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from adversarial_world import changes, snapshot
+from conftest import bookkeeping
+
+import zarrmill.generate as generate
+
+GENERATE = ("shape=[1,4,32,32]", "axes=czyx", "chunks=[1,2,16,16]", "n_blobs=2", "unit_mb=0.01")
+
+
+def _generate(cli, output: Path, *extra: str) -> tuple[int, str, str]:
+    args = ["task", "generate", "--executor", "sync", "--set", f"output={output}"]
+    for s in (*GENERATE, *extra):
+        args += ["--set", s]
+    return cli(*args)
+
+
+@pytest.fixture
+def patch_task(monkeypatch):
+    """Replace a function of the generate task for one test (tasks are cached by the registry)."""
+    from zarrmill.runtime.registry import get_task
+
+    def patch(name: str, fn) -> None:
+        monkeypatch.setattr(generate, name, fn)
+        get_task.cache_clear()
+
+    yield patch
+    get_task.cache_clear()
+
+
+def _victim(root: Path) -> Path:
+    """A colleague's folder: a thesis, a key, a subfolder."""
+    thesis = root / "victim" / "thesis"
+    (thesis / "chapters").mkdir(parents=True)
+    (thesis / "thesis.tex").write_text("\\chapter{Five years}\n")
+    (thesis / "chapters" / "one.tex").write_text("results\n")
+    (root / "victim" / "credentials").write_text("[default]\naws_secret_access_key = VICTIMSECRET\n")
+    return root / "victim"
+
+
+def _after_first_unit(patch_task, act) -> list:
+    """The neighbour acts once the run's first unit is written: ``act(params)``'s result is kept."""
+    real_run = generate.run_unit
+    planted: list = []
+
+    def run_then_act(p, unit):
+        done = real_run(p, unit)
+        if not planted:
+            planted.append(act(p))
+        return done
+
+    patch_task("run_unit", run_then_act)
+    return planted
+
+
+def _one_line(err: str, *words: str) -> None:
+    lines = [line for line in err.strip().splitlines() if line.startswith("zarrmill: error")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+# -- 1. a symlink at a store's bookkeeping folder ---------------------------------------------
+def test_a_symlink_at_the_bookkeeping_folder_deletes_nothing_it_points_to(cli, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = _victim(tmp_path)
+    os.symlink(victim / "thesis", shared / ".plate.zarr.zarrmill")
+    before = snapshot(tmp_path)
+    code, _, err = _generate(cli, shared / "plate.zarr")
+    assert code == 2, err
+    _one_line(err, ".plate.zarr.zarrmill", "symbolic link")
+    assert changes(before, snapshot(tmp_path)) == []  # not even the store folder was made
+
+
+def test_a_bookkeeping_folder_of_another_user_is_refused_untouched(cli, tmp_path):
+    """A real folder at the bookkeeping path that a colleague (another user id) made."""
+    shared = tmp_path / "shared"
+    planted = shared / ".plate.zarr.zarrmill"
+    (planted / "steps").mkdir(parents=True)
+    (planted / "owner.json").write_text("{}")
+    (planted / "steps" / "results.csv").write_text("a,b\n1,2\n")
+    for path in (planted, planted / "steps", planted / "owner.json", planted / "steps" / "results.csv"):
+        os.chown(path, 65534, 65534)
+    before = snapshot(tmp_path)
+    code, _, err = _generate(cli, shared / "plate.zarr")
+    assert code == 2, err
+    _one_line(err, "user id 65534")
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+def test_a_folder_of_someone_elses_files_at_the_bookkeeping_path_is_refused(cli, tmp_path):
+    shared = tmp_path / "shared"
+    planted = shared / ".plate.zarr.zarrmill"
+    planted.mkdir(parents=True)
+    (planted / "notes.txt").write_text("mine\n")
+    before = snapshot(tmp_path)
+    code, _, err = _generate(cli, shared / "plate.zarr")
+    assert code == 2, err
+    _one_line(err, "did not make")
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+def test_a_bookkeeping_folder_swapped_for_a_link_during_the_run_reaches_nothing(cli, tmp_path, patch_task):
+    """After the first unit the neighbour moves the bookkeeping folder away and puts a link to
+    their folder in its place: the run stops with one line, nothing of theirs is touched."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = _victim(tmp_path)
+    out = shared / "plate.zarr"
+
+    def swap(p) -> bool:
+        os.rename(bookkeeping(out), shared / "moved-away")
+        os.symlink(victim / "thesis", bookkeeping(out))
+        return True
+
+    planted = _after_first_unit(patch_task, swap)
+    before = snapshot(victim)
+    code, _, err = _generate(cli, out)
+    assert planted and code != 0, err
+    assert "symbolic link" in err and "Traceback" not in err
+    assert changes(before, snapshot(victim)) == []
+    assert os.path.islink(bookkeeping(out))  # the neighbour's link stays: it is not zarrmill's
+
+
+# -- 2. a failed plan's rollback and the folders the run created -------------------------------
+def test_a_failed_plan_keeps_what_a_colleague_wrote_into_a_folder_the_run_made(cli, tmp_path, patch_task):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    out = shared / "new" / "deeper" / "plate.zarr"
+    real_plan = generate.plan
+
+    def plan_then_fail(p, ctx):
+        real_plan(p, ctx)  # the skeleton is written
+        (shared / "new" / "other").mkdir()
+        (shared / "new" / "other" / "results.csv").write_text("well,count\nB03,12\n")
+        from zarrmill.errors import InputError
+        raise InputError(f"{p.output}: the plan failed on purpose")
+
+    patch_task("plan", plan_then_fail)
+    code, _, err = _generate(cli, out)
+    assert code == 2, err
+    assert (shared / "new" / "other" / "results.csv").read_text() == "well,count\nB03,12\n"
+    # what the run made and nobody else touched is gone; the folder holding the colleague's file stays
+    assert sorted(p.name for p in (shared / "new").iterdir()) == ["other"]
+    assert "left as it is" in err and str(shared / "new") in err
+
+
+def test_a_failed_plan_still_leaves_storage_as_it_was(cli, tmp_path, patch_task):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "keep.txt").write_text("x")
+    before = snapshot(tmp_path)
+    real_plan = generate.plan
+
+    def plan_then_fail(p, ctx):
+        real_plan(p, ctx)
+        from zarrmill.errors import InputError
+        raise InputError(f"{p.output}: the plan failed on purpose")
+
+    patch_task("plan", plan_then_fail)
+    code, _, err = _generate(cli, shared / "a" / "b" / "plate.zarr")
+    assert code == 2, err
+    assert changes(before, snapshot(tmp_path)) == []
+
+
+# -- 3. an .ozx build publishes only the files zarrmill wrote ------------------------------------
+def test_a_link_planted_in_an_ozx_build_is_never_published(cli, tmp_path, patch_task):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = _victim(tmp_path)
+    target = shared / "img.ozx"
+
+    def plant(p) -> Path:
+        os.symlink(victim / "credentials", Path(p.output) / "0" / "stolen")
+        return Path(p.output) / "0" / "stolen"
+
+    planted = _after_first_unit(patch_task, plant)
+    before = snapshot(victim)
+    code, _, err = _generate(cli, target)
+    assert planted and code == 2, err
+    _one_line(err, "stolen", "symbolic link")
+    assert not target.exists()
+    assert changes(before, snapshot(victim)) == []
+    assert os.path.islink(planted[0])  # left for its owner
+    for leftover in bookkeeping(target).rglob("*.zip"):  # an archive in the making holds none of it
+        assert b"VICTIMSECRET" not in leftover.read_bytes()
+
+
+def test_a_link_at_the_archive_in_the_making_is_never_written_through(cli, tmp_path):
+    """A link planted at packed.zip (where the archive is written) before the run."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = _victim(tmp_path)
+    target = shared / "img.ozx"
+    book = bookkeeping(target)
+    from zarrmill.io.storage.guard_fs import make_own_folder
+    make_own_folder(book)
+    os.symlink(victim / "credentials", book / "packed.zip")
+    before = snapshot(victim)
+    code, _, err = _generate(cli, target)
+    assert code == 2, err
+    _one_line(err, "packed.zip", "symbolic link")
+    assert changes(before, snapshot(victim)) == []
+    assert os.path.islink(book / "packed.zip") and not target.exists()
+
+
+# -- through a second mount: the neighbour on another node ---------------------------------------
+def test_a_link_planted_through_another_mount_is_refused_on_this_one(cli, tmp_path, second_mount):
+    node_a, node_b = second_mount
+    victim = _victim(tmp_path)
+    os.symlink(victim / "thesis", node_b / ".plate.zarr.zarrmill")  # planted on the other node
+    before = snapshot(victim)
+    code, _, err = _generate(cli, node_a / "plate.zarr")
+    assert code == 2, err
+    _one_line(err, "symbolic link")
+    assert changes(before, snapshot(victim)) == []
+    assert not (node_a / "plate.zarr").exists()
+
+
+# -- the hands themselves ----------------------------------------------------------------------
+def test_a_folder_on_the_way_swapped_for_a_link_stops_the_delete(tmp_path):
+    from zarrmill.errors import UnsafeOutputError
+    from zarrmill.io.storage.guard_fs import remove
+
+    root = tmp_path / "store"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "chunk").write_text("mine")
+    victim = _victim(tmp_path)
+    os.rename(root / "a", tmp_path / "a-moved")
+    os.symlink(victim / "thesis", root / "a")
+    (victim / "thesis" / "chunk").write_text("theirs")
+    with pytest.raises(UnsafeOutputError):
+        remove(root, root / "a" / "chunk")
+    assert (victim / "thesis" / "chunk").read_text() == "theirs"
+    assert remove(root, root / "a")  # the link itself goes
+    assert (victim / "thesis" / "thesis.tex").exists()
+
+
+def test_the_bookkeeping_walk_never_follows_a_link_planted_inside(tmp_path):
+    from zarrmill.errors import UnsafeOutputError
+    from zarrmill.io.storage.backend import DiskBackend
+    from zarrmill.io.storage.guard_fs import make_own_folder
+
+    book = tmp_path / ".out.zarr.zarrmill"
+    make_own_folder(book)
+    (book / "steps").mkdir()
+    (book / "steps" / "step.json").write_text("{}")
+    victim = _victim(tmp_path)
+    os.symlink(victim / "thesis", book / "steps" / "linked")
+    backend = DiskBackend(book)
+    assert backend.keys() == ["steps/step.json"]  # the link is never entered (os.walk listed the thesis)
+    backend.delete(backend.keys())
+    assert (victim / "thesis" / "thesis.tex").exists() and os.path.islink(book / "steps" / "linked")
+    with pytest.raises(UnsafeOutputError):  # named, it is refused: zarrmill makes no links among its files
+        backend.delete(["steps/linked"])
+    assert os.path.islink(book / "steps" / "linked")
+
+
+# -- a dry run touches nothing of the user's ---------------------------------------------------
+def test_a_dry_run_of_a_labels_step_writes_nothing_beside_the_users_image(cli, tmp_path):
+    import numpy as np
+    import yaml
+    from conftest import forget_ownership
+
+    image = tmp_path / "img.zarr"
+    assert _generate(cli, image)[0] == 0
+    forget_ownership(image)  # the user's own image now, with no bookkeeping of zarrmill's beside it
+    assert not os.path.lexists(bookkeeping(image))
+    np.save(tmp_path / "mask.npy", np.zeros((4, 32, 32), np.uint16))
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(yaml.safe_dump({"name": "dry", "executor": {"kind": "sync"}, "steps": {"labels": {
+        "task": "labels", "params": {"input": str(tmp_path / "mask.npy"), "image": str(image)}}}}))
+    before = snapshot(tmp_path)
+    code, out, err = cli("run", wf, "--dry-run")
+    assert code == 0, err
+    assert changes(before, snapshot(tmp_path)) == []
