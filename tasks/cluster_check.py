@@ -17,6 +17,12 @@ from .io.storage.atomic import atomic_write_json
 from .runtime.contract import PlanContext, TaskParams, Unit
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"output": "check", "units": 20, "busy_ms": 50},
+           "note": "On a cluster, run it with the executor you mean to use (`--executor slurm`, or the "
+                   "workflow's `executor`): every unit reports the host and job it ran in."}
+
+
 class Params(TaskParams):
     output: str = Field(description="folder for the ledger and one small JSON per unit (where it ran)")
     units: int = Field(100, ge=1, le=10_000_000, description="number of units")

@@ -5,11 +5,15 @@ Blosc codecs that stock zarr-python and ome-zarr-py read (one OME-Zarr image per
 
 Inputs: a .npy / TIFF file, a folder of them (one case per file, as nnU-Net keeps them), a zarr
 array or an OME-Zarr image (``level``). Axes stay as the input has them (channels first); the last
-``len(patch)`` axes are spatial. Chunk and block shapes come from the training patch size
-(tasks/io/training/b2layout.py documents the rule; ``layout: nnunet`` or ``blosc2`` select the baselines,
-``chunks``/``blocks`` override). With ``codec: auto`` the codec, level and filter are chosen by trial
-on sampled chunks under ``policy`` and recorded in each output. Lossless: every slab written is read
-back and compared. One unit per case (b2nd) or per group of whole chunks (zarr)."""
+``len(patch)`` axes are spatial. Chunk and block shapes come from the training patch size: a
+block is, per spatial axis, the power of two nearest patch/4, doubled along the axis with the most
+room while it holds under 16 KiB and stays within patch/2 (never above 128 KiB); a chunk is whole
+blocks covering about one patch per axis, at most 4 MiB; channels are 1 in both (a 128^3 uint16
+patch gets 32^3 blocks in 128^3 chunks). ``layout: nnunet`` (nnU-Net v2.8's rule) or ``blosc2``
+(its defaults) select the baselines; ``chunks``/``blocks`` override. With ``codec: auto`` the
+codec, level and filter are chosen by trial on sampled chunks under ``policy`` and recorded in
+each output. Lossless: every slab written is read back and compared. One unit per case (b2nd) or
+per group of whole chunks (zarr)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,19 +53,29 @@ SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "brain-b2nd", "patch": [32, 64, 64]},
+           "after": "generate"}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # a zarr / OME-Zarr input may be s3:// or https://, the output s3://
 
     input: str = Field(description=".npy/TIFF file, folder of cases, zarr array or OME-Zarr image")
     output: str = Field(description="folder of .b2nd files (format b2nd), or a .zarr store (format zarr)")
-    format: Literal["b2nd", "zarr"] = "b2nd"
+    format: Literal["b2nd", "zarr"] = Field("b2nd", description="b2nd: one Blosc2 .b2nd file per case (read memory-"
+                                                                "mapped, one thread per reader); zarr: a zarr v3 "
+                                                                "store with Blosc codecs, one OME-Zarr image per "
+                                                                "case")
     patch: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="training patch size, spatial "
                                             "axes (e.g. [128,128,128] or [20,50,50]); an nnU-Net folder's default: "
                                             "its plans file")
     layout: Literal["zarrmill", "nnunet", "blosc2"] = Field("zarrmill", description="chunk/block rule; nnunet and blosc2 are baselines")
     chunks: list[PositiveInt] | None = Field(None, description="override chunk shape (all axes)")
     blocks: list[PositiveInt] | None = Field(None, description="override block shape (all axes, b2nd)")
-    codec: Literal["auto", "lz4", "lz4hc", "zstd", "blosclz", "zlib"] = "auto"
+    codec: Literal["auto", "lz4", "lz4hc", "zstd", "blosclz", "zlib"] = Field(
+        "auto", description="Blosc compressor; auto: compressor, level and filter chosen by a trial on sampled "
+                            "chunks under policy, and recorded in each output")
     clevel: int = Field(5, ge=0, le=9, description="level when codec is not auto")
     filter: Literal["shuffle", "bitshuffle", "nofilter"] = Field("shuffle", description="when codec is not auto")
     policy: Policy = Field("balanced", description="codec trial: ratio, speed or balanced")
@@ -69,7 +83,9 @@ class Params(TaskParams):
     shards: list[PositiveInt] | None = Field(None, description="zarr: shard shape, whole chunks")
     level: int = Field(0, ge=0, le=MAX_LEVEL, description="OME-Zarr input: pyramid level")
     axes: str | None = Field(None, description=".npy of 4+ dimensions: axes if not 'czyx'")
-    unit_mb: float = Field(64.0, gt=0, le=MAX_MB)
+    unit_mb: float = Field(64.0, gt=0, le=MAX_MB, description="format zarr: target size of one unit of work (whole "
+                                                              "chunks/shards are never split); format b2nd: one unit"
+                                                              " per case")
 
     _nnunet: bool | None = PrivateAttr(None)
     _patch: list[int] | None = PrivateAttr(None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Iterable
 
 
 class ZarrmillError(Exception):
@@ -24,7 +25,8 @@ class ConfigError(ZarrmillError, ValueError):
 
     @classmethod
     def of(cls, problems: list[str]) -> "ConfigError":
-        more = f" (+{len(problems) - 1} more problems; zarrmill validate lists them)" if len(problems) > 1 else ""
+        more = (f" (+{len(problems) - 1} more problem{'s' if len(problems) > 2 else ''}; zarrmill validate lists "
+                "them)") if len(problems) > 1 else ""
         return cls(problems[0] + more, problems)
 
 
@@ -67,6 +69,27 @@ class OutputLockedError(ZarrmillError, BlockingIOError):
     """Another zarrmill run is writing this output right now."""
 
     exit_code = 2
+
+
+def closest(name: object, known: Iterable[object]) -> str | None:
+    """The known name nearest to a mistyped one (``injest`` -> ``ingest``, ``SLURM`` -> ``slurm``,
+    ``unit-mb`` -> ``unit_mb``), or None when none is near: difflib's ratio, case and ``-``/``_``
+    folded. The one helper every name lookup uses (tasks, parameters, settings, keys, kinds, steps)."""
+    import difflib
+
+    names = sorted({str(k) for k in known})
+    folded: dict[str, str] = {}
+    for n in names:
+        folded.setdefault(n.lower().replace("-", "_"), n)
+    text = str(name).lower().replace("-", "_")
+    found = difflib.get_close_matches(text, list(folded), n=1, cutoff=0.6)
+    return folded[found[0]] if found else None
+
+
+def did_you_mean(name: object, known: Iterable[object]) -> str:
+    """``did you mean 'ingest'?`` for a message, or "" when no known name is near."""
+    near = closest(name, known)
+    return f"did you mean {near!r}?" if near is not None else ""
 
 
 def warn(where: object, what: str) -> None:

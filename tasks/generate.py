@@ -28,21 +28,28 @@ AXIS_ORDER = "tczyx"
 UNIT_MB = 32
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"output": "brain.ome.zarr", "shape": [64, 256, 256], "chunks": [32, 128, 128],
+                      "pixel_size": [2, 1, 1], "n_blobs": 300}}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # input and output may be s3:// (input also https://)
 
     output: str = Field(description="OME-Zarr image to write")
     shape: list[PositiveInt] = Field(description="array shape, one entry per axis", min_length=2, max_length=5)
     axes: str = Field("zyx", description="axis names in order, a subsequence of 'tczyx'")
-    dtype: Literal["uint8", "uint16", "int16", "float32"] = "uint16"
+    dtype: Literal["uint8", "uint16", "int16", "float32"] = Field("uint16", description="pixel type")
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: 1 per t/c, 64^3 / 256^2 spatial)")
     kind: Literal["blobs", "labels"] = Field("blobs", description="intensities or a label image")
     n_blobs: int = Field(200, ge=0, le=MAX_COUNT, description="number of blobs (cells)")
     blob_radius: float = Field(6.0, gt=0, le=MAX_INDEX, description="mean blob radius in pixels")
     pixel_size: list[PositiveFloat] | None = Field(None, description="physical size per spatial axis (micrometer)")
     seed: Seed = 0
-    ngff_version: NgffVersion = "0.5"
-    codec: Codec = Field(default_factory=Codec)
+    ngff_version: NgffVersion = Field("0.5", description="OME-Zarr version: 0.5 (zarr v3), 0.4 (zarr v2, for readers"
+                                                         " without zarr v3) or 0.6 (0.6rc0: coordinate systems and "
+                                                         "transformations)")
+    codec: Codec = Field(default_factory=Codec, description="Blosc settings of every level")
     unit_mb: float = Field(UNIT_MB, gt=0, le=MAX_MB, description="target size of one unit of work (whole chunks/shards are never split)")
 
     @model_validator(mode="after")

@@ -1,8 +1,7 @@
 """Generate a synthetic instrument folder, in the layout and with the metadata the instrument
 writes (``format``: CellVoyager, CQ3000, MetaXpress as acquired or exported with an .HTD,
-ImageXpress HCS.ai, Operetta / Opera Phenix, scanR; one writer module each in io/synthetic/), with
-realistic blobs that continue across neighbouring fields (so a resharded well looks like a
-stitched one).
+ImageXpress HCS.ai, Operetta / Opera Phenix, scanR), with realistic blobs that continue across
+neighbouring fields (so a resharded well looks like a stitched one).
 
 For demos, tests and benchmarks of ``ingest`` and ``reshard``, and to try each reader without an
 instrument. Fields sit on a grid per well, optionally overlapping and with seeded stage jitter
@@ -36,6 +35,11 @@ WRITERS: dict[str, ModuleType | type] = {"cellvoyager": cellvoyager, "cq": cq, "
                                          "scanr": scanr}
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"output": "raw", "format": "cellvoyager", "wells": ["B03", "C05"], "grid": [2, 2],
+                      "shape": [270, 320], "channels": 2, "z_planes": 3}}
+
+
 class Params(TaskParams):
     output: str = Field(description="folder to write the measurement into (created)")
     format: Literal["cellvoyager", "cq", "metaxpress", "imagexpress", "hcsai", "operetta", "scanr"] = Field(
@@ -50,17 +54,20 @@ class Params(TaskParams):
         ["B03", "B04"], min_length=1, description="well ids, e.g. [B03, C05]")
     grid: list[PositiveInt] = Field([2, 2], min_length=2, max_length=2, description="fields per well: rows, columns")
     shape: list[PositiveInt] = Field([540, 640], min_length=2, max_length=2, description="field image size y, x")
-    channels: int = Field(2, ge=1, le=8)
-    z_planes: int = Field(1, ge=1, le=MAX_INDEX)
+    channels: int = Field(2, ge=1, le=8, description="channels per field (one image file per channel, as the "
+                                                     "instruments write)")
+    z_planes: int = Field(1, ge=1, le=MAX_INDEX, description="z planes per field and channel")
     timepoints: int = Field(1, ge=1, le=MAX_INDEX, description="time points (each field imaged again; blobs move)")
-    z_step: float = Field(1.0, gt=0, le=MAX_UM)
+    z_step: float = Field(1.0, gt=0, le=MAX_UM, description="distance between z planes, micrometer")
     pixel_size: float = Field(0.325, gt=0, le=MAX_UM, description="micrometer per pixel")
     overlap: float = Field(0.0, ge=0, lt=0.5, description="fraction of a field shared with its neighbour")
     jitter_um: float = Field(0.0, ge=0, le=MAX_UM, description="random stage jitter, micrometer (irregular positions)")
     plate_shape: PlateShape = Field([8, 12], description="plate rows, columns (each at most 72; a 3456-well plate is 48 x 72)")
-    dtype: Literal["uint8", "uint16"] = "uint16"
-    blobs_per_field: int = Field(60, ge=0, le=MAX_COUNT)
-    blob_radius: float = Field(12.0, gt=0, le=MAX_INDEX)
+    dtype: Literal["uint8", "uint16"] = Field("uint16", description="pixel type of the image files")
+    blobs_per_field: int = Field(60, ge=0, le=MAX_COUNT, description="blobs (cells) per field on average, scattered "
+                                                                     "over the whole well so they continue across "
+                                                                     "neighbouring fields")
+    blob_radius: float = Field(12.0, gt=0, le=MAX_INDEX, description="mean blob radius in pixels")
     seed: Seed = 0
     sparse: Literal["none", "mixed", "qc"] = Field(
         "none", description="cellvoyager, operetta, metaxpress, imagexpress: which channels and time points each well "

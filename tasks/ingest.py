@@ -1,8 +1,8 @@
 """Ingest raw microscopy into OME-Zarr: instrument plates, filename-pattern series, single files.
 
 - instrument folders (``cellvoyager``, ``cq``, ``imagexpress``, ``metaxpress``, ``hcsai``, ``operetta``,
-  ``scanr``): one reader module each under tasks/io/readers/ (registry.py lists them), found from
-  the folder's own marker files up to three levels below input.
+  ``scanr``): one reader each, found from the folder's own marker files (the ``format``
+  parameter lists them) up to three levels below input.
 - ``pattern``: files named like ``{plate}_{well}_s{field}_w{channel}.tif`` (+ optional positions CSV).
 - ``image``: one TIFF / OME-TIFF / .npy volume -> one OME-Zarr image (not a plate).
 
@@ -52,6 +52,11 @@ from .runtime.budget import REGION_COPIES, holds
 from .runtime.contract import THREADS, PlanContext, Unit
 from .runtime.unit_stream import UnitStream
 from .io.storage.location import zarr_url
+
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "raw", "output": "plate.ome.zarr", "pyramid": True, "min_size": 64},
+           "after": "generate-plate"}
+
 
 MAX_LISTED = 5
 BATCH_BYTES = 32 * 2**20

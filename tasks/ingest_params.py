@@ -45,7 +45,10 @@ class Params(TaskParams):
     missing: Literal["error", "zeros"] = Field("error", description="planes listed but missing on disk: error, or zeros (recorded in metadata)")
     allow_extra_files: bool = Field(False, description="instrument folders: accept image files the metadata does not list")
     check_headers: bool = Field(True, description="read every file header on the driver to catch mixed shapes early")
-    ngff_version: NgffVersion = "0.5"
+    ngff_version: NgffVersion = Field("0.5", description="OME-Zarr version: 0.5 (zarr v3), 0.4 (zarr v2, for readers"
+                                                         " without zarr v3) or 0.6 (0.6rc0: coordinate systems; each"
+                                                         " field placed in its well's scene by a translation from "
+                                                         "its stage position)")
     chunk_yx: list[PositiveInt] | None = Field(None, min_length=2, max_length=2, description="chunk tile [y, x] (default: even split, <= 1280)")
     codec: Codec | None = Field(None, description="Blosc codec of every array written; default by job shape: "
                                 "plates and series zstd 1 + byte shuffle, a single volume LZ4 5 + bitshuffle (manual: "

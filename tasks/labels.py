@@ -37,6 +37,13 @@ UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "cells.npy", "image": "brain.ome.zarr", "name": "cells", "min_size": 64},
+           "after": "generate",
+           "note": "`cells.npy` is a segmentation of `brain.ome.zarr`: integers (0 = background), "
+                   "shape (64, 256, 256), z, y, x."}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # the image may be s3://; the mask file is read locally
     LOCAL_FIELDS = ("input",)
@@ -47,7 +54,9 @@ class Params(TaskParams):
     name: str = Field("cells", description="label name: written to <image>/labels/<name> (letters, digits, - _)")
     axes: str | None = Field(None, description="axes of the mask file, when it does not say (e.g. 'zyx')")
     min_size: int = Field(64, ge=1, le=MAX_INDEX, description="pyramid: stop once a level's largest y/x side is at most this")
-    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=5, shuffle="bitshuffle"))
+    codec: Codec = Field(default_factory=lambda: Codec(cname="zstd", clevel=5, shuffle="bitshuffle"),
+                         description="Blosc settings of the label levels (bitshuffle suits label images: few "
+                                     "distinct integers)")
 
     @field_validator("name")
     @classmethod

@@ -2,11 +2,12 @@
 (cellfinder-style), random training patches (optional foreground oversampling), or a grid of
 overlapping tiles for inference.
 
-- ``points``: CSV / .npy / cellfinder XML (tasks/io/readers/points.py). The cuboid is given in network
+- ``points``: CSV (``z,y,x[,label]``), .npy (N x 3) or cellfinder XML. The cuboid is given in network
   voxels at ``network_voxel_size``; it is cut at the data resolution (the image's NGFF scale, or
-  ``voxel_size``) and resampled to the network size (tasks/io/training/cuboids.py documents centring,
-  resampling and edges). Points that are NaN, outside the image or (``edge: drop``) too close to
-  an edge are kept in the table as ``dropped`` with the reason.
+  ``voxel_size``): round(n x network size / data size) voxels per axis, placed by ``centering``, and
+  resampled to the network size by separable linear interpolation with voxel centres aligned.
+  Points that are NaN, outside the image or (``edge: drop``) too close to an edge are kept in the
+  table as ``dropped`` with the reason.
 - ``random``: ``n_patches`` seeded uniform patches; with ``labels`` a fraction
   (``foreground_fraction``, nnU-Net uses 0.33) is forced to contain a foreground voxel.
 - ``grid``: tiles of ``tile`` stepping by tile - overlap; the last tile on each axis ends at the
@@ -52,26 +53,46 @@ from .io.storage.location import as_location, is_remote, zarr_url
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_table shows
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "cuboids.zarr", "points": "cells.csv",
+                      "cuboid": [8, 32, 32], "network_voxel_size": [2, 1, 1]},
+           "after": "generate",
+           "note": "`cells.csv` holds one point a line, `z,y,x` in voxels of `brain.ome.zarr` (a header "
+                   "line `z,y,x` first; a fourth column `label` is kept with each patch)."}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # image and patch store may be s3://; the points file is read locally
 
     input: str = Field(description="OME-Zarr image or zarr array (leading axes = channels, last 2-3 spatial)")
     output: str = Field(description="patch store to write (.zarr)")
-    mode: Literal["points", "random", "grid"] = "points"
+    mode: Literal["points", "random", "grid"] = Field(
+        "points", description="points: a cuboid around each point of the points file; random: n_patches seeded "
+                              "patches (with labels, a share forced onto foreground); grid: overlapping tiles that "
+                              "cover the image, for inference")
     level: int = Field(0, ge=0, le=MAX_LEVEL, description="OME-Zarr pyramid level")
     points: str | None = Field(None, description="points: CSV (z,y,x[,label]), .npy (N x 3) or cellfinder XML")
     points_unit: Literal["voxel", "physical"] = Field("voxel", description="points: coordinates in voxels or micrometer")
     cuboid: list[PositiveInt] | None = Field(None, min_length=2, max_length=3, description="points/random: patch size in network voxels (z,y,x)")
     network_voxel_size: list[PositiveFloat] | None = Field(None, description="points: network voxel size (um); resample to it")
     voxel_size: list[PositiveFloat] | None = Field(None, description="data voxel size (um), default: the image's NGFF scale")
-    centering: Literal["cellfinder", "round"] = "cellfinder"
-    edge: Literal["drop", "pad"] = "drop"
-    pad_mode: Literal["constant", "reflect"] = "constant"
+    centering: Literal["cellfinder", "round"] = Field(
+        "cellfinder", description="points: where a cuboid of n voxels starts around a point at c: cellfinder = "
+                                  "round(c - n/2) in y and x and int(c - n//2) in z (cellfinder's own rule, so "
+                                  "patches match the models it trained); round = round(c - n/2) on every axis")
+    edge: Literal["drop", "pad"] = Field(
+        "drop", description="points: a cuboid that crosses the image edge is dropped (kept in the table as dropped, "
+                            "with the reason) or padded (pad_mode)")
+    pad_mode: Literal["constant", "reflect"] = Field(
+        "constant", description="edge: pad: the voxels outside the image are pad_value (constant) or the image "
+                                "mirrored at its edge (reflect)")
     pad_value: float = Field(0.0, ge=-3.4e38, le=3.4e38, description="edge: pad, pad_mode: constant: the value (must fit the image dtype)")
     n_patches: int = Field(1000, ge=1, le=MAX_COUNT, description="random: patches to draw")
     seed: Seed = 0
     labels: str | None = Field(None, description="random: label image for foreground oversampling")
-    foreground_fraction: float = Field(0.33, ge=0, le=1)
+    foreground_fraction: float = Field(0.33, ge=0, le=1, description="random with labels: share of the patches "
+                                                                     "forced to hold a foreground voxel (nnU-Net "
+                                                                     "uses 0.33)")
     tile: list[PositiveInt] | None = Field(None, description="grid: tile size (z,y,x)")
     overlap: list[NonNegativeInt] | None = Field(None, description="grid: overlap between tiles (z,y,x)")
     patches_per_chunk: int = Field(4, ge=1, le=MAX_COUNT, description="patches per output chunk (a small group: zarr-python's "
@@ -82,7 +103,9 @@ class Params(TaskParams):
                               "(default: an error)")
     cache_mb: float = Field(512.0, gt=0, le=MAX_MB, description="decoded-chunk cache per worker")
     # byte shuffle, not bitshuffle: 1.7x faster to write and 2x faster to read patches, ~15 % larger
-    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="shuffle"))
+    codec: Codec = Field(default_factory=lambda: Codec(cname="lz4", clevel=5, shuffle="shuffle"),
+                         description="Blosc settings of the patch array (byte shuffle: 1.7x faster to write and 2x "
+                                     "faster to read than bitshuffle, about 15 % larger)")
 
     @model_validator(mode="after")
     def _check(self) -> "Params":

@@ -54,6 +54,10 @@ SLAB_BYTES = 4 * 2**20
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "brain.ome.zarr", "min_size": 64}, "after": "generate"}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # input and output may be s3:// (input also https://)
 

@@ -41,6 +41,12 @@ UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "brain-sharded.ome.zarr", "chunks": [16, 64, 64],
+                      "shards": [64, 256, 256]},
+           "after": "generate"}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # input and output may be s3:// (input also https://)
 
@@ -48,7 +54,7 @@ class Params(TaskParams):
     output: str = Field(description="where to write: a new or empty folder, or a store zarrmill wrote (replaced only with --overwrite)")
     chunks: list[PositiveInt] | None = Field(None, description="chunk shape (default: the input's); clipped to each level")
     shards: list[PositiveInt] | None = Field(None, description="zarr v3 shard shape, a multiple of chunks")
-    codec: Codec = Field(default_factory=Codec)
+    codec: Codec = Field(default_factory=Codec, description="Blosc settings of every output array")
     unit_mb: float = Field(UNIT_MB, gt=0, le=MAX_MB, description="target size of one unit of work (whole chunks/shards are never split)")
     ngff_version: NgffVersion | None = Field(None, description="output NGFF version (default: the input's)")
 

@@ -2,8 +2,9 @@
 placed by its physical coordinates, plus an optional low-resolution plate overview.
 
 Per well, a new image (``image_name``, default ``well``) holds every FOV at its position (any
-layout: 1x4, 2x2, 9x8, irregular; gaps are zero; overlaps follow ``overlap``, see
-tasks/io/ngff/placement.py), for every channel, z and time point, with FOV and well ROI tables (AnnData,
+layout: 1x4, 2x2, 9x8, irregular; gaps are zero; overlapping pixels follow ``overlap``: the first
+or last FOV listed wins, their mean, or ``shift`` moves FOVs apart until none overlap, recording
+both positions), for every channel, z and time point, with FOV and well ROI tables (AnnData,
 as Fractal and ngio write them) to find each FOV again. Level 0 chunks divide the FOV size and,
 on a regular grid, line up with it; its zarr v3 shards are FOV-sized. Lower levels come from the
 ``pyramid`` task's machinery with large shards, so a whole well at a low level is one or a few
@@ -59,6 +60,11 @@ def _alnum(name: str) -> str:
 
 ImageName = Annotated[str, AfterValidator(_alnum)]
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "plate.ome.zarr", "output": "wells.ome.zarr", "overview": True, "min_size": 64},
+           "after": "ingest"}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # input and output may be s3:// (input also https://)
 
@@ -73,8 +79,12 @@ class Params(TaskParams):
     min_size: int = Field(256, ge=1, le=MAX_INDEX, description="pyramid: stop once a level's largest side is at most this")
     overview: bool = Field(False, description="also write a plate overview image (each well at its plate position)")
     overview_size: int = Field(256, ge=16, le=65_536, description="overview: about this many pixels per well side")
-    codec: Codec = Field(default_factory=lambda: PLATE_CODEC.model_copy())  # as ingest's for plates
-    unit_mb: float = Field(32.0, gt=0, le=MAX_MB)
+    codec: Codec = Field(default_factory=lambda: PLATE_CODEC.model_copy(),  # as ingest's for plates
+                         description="Blosc settings of the new plate (default: ingest's for plates, zstd 1 + byte "
+                                     "shuffle in 1 MiB blocks)")
+    unit_mb: float = Field(32.0, gt=0, le=MAX_MB, description="target size of one unit of work for wells larger than"
+                                                              " volume_mb and for the overview (whole shards are "
+                                                              "never split)")
     volume_mb: float = Field(192.0, ge=0, le=MAX_MB, description="a well's (t, c) volume up to this size is composed whole "
                              "in one unit and its pyramid built in memory (each byte written once, nothing read "
                              "back); larger wells go by unit_mb regions, lower levels read back from level 0")

@@ -36,6 +36,12 @@ FILTERS = ["shuffle", "bitshuffle"]
 LAYOUTS = ["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]
 
 
+# the manual's example for this task (its reference page; tests/test_reference.py runs it)
+EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "tune", "patch": [16, 64, 64], "seconds": 3,
+                      "layouts": ["zarrmill", "nnunet"]},
+           "after": "generate"}
+
+
 class Params(TaskParams):
     OBJECT_STORES = True  # the sample may be a zarr / OME-Zarr on s3:// or https://
     LOCAL_FIELDS = ("output",)
@@ -52,7 +58,9 @@ class Params(TaskParams):
     sample_cases: int = Field(2, ge=1, le=MAX_COUNT, description="cases of the input to sample")
     crop: int = Field(4, ge=1, le=MAX_INDEX, description="crop each sample case to this many patches per spatial axis")
     layouts: list[Literal["zarrmill", "zarrmill-half-blocks", "zarrmill-double-blocks", "nnunet", "blosc2"]] = Field(
-        default_factory=lambda: list(LAYOUTS))
+        default_factory=lambda: list(LAYOUTS), description="chunk and block layouts to measure: zarrmill's rule and "
+                                                           "its variants with half or double blocks, nnU-Net v2.8's "
+                                                           "rule, blosc2's defaults")
 
     _patch: list[int] | None = PrivateAttr(None)
     _nnunet_data: list[Path] | None = PrivateAttr(None)

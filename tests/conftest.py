@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,23 @@ def fat_drive(tmp_path):
         yield point
     finally:
         _unmount(point)
+
+
+_SESSION_START = time.monotonic()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under CI, a run of the whole suite that took longer than tests/ci-budget.json allows fails:
+    the suite's time is held to a budget, so CI stays well inside its limit."""
+    opt = session.config.option
+    whole = not (opt.keyword or opt.markexpr) and [Path(a).resolve() for a in session.config.args] in (
+        [REPO / "tests"], [REPO])
+    if not IN_CI or not whole or session.testsfailed or exitstatus != 0:
+        return
+    budget = json.loads((REPO / "tests" / "ci-budget.json").read_text())["suite_seconds"]
+    took = time.monotonic() - _SESSION_START
+    if took > budget:
+        session.config.get_terminal_writer().line(
+            f"tests/conftest.py: the whole suite took {took:.0f} s, over its budget of {budget} s "
+            "(tests/ci-budget.json): make slow cases smaller or move them to tests/bench/", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

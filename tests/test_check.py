@@ -81,8 +81,8 @@ def test_check_reports_unfinished_step(cli, tmp_path):
 
 
 def test_check_on_non_store(cli, tmp_path):
-    code, out, _ = cli("check", tmp_path)
-    assert code == 1 and "not a zarr group" in out
+    code, _, err = cli("check", tmp_path)  # bad input: one line, exit 2
+    assert code == 2 and "not a store" in err and len(err.strip().splitlines()) == 1
 
 
 def test_check_fails_where_the_plate_reader_fails_on_wells_of_different_widths(cli, tmp_path):

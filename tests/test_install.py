@@ -3,6 +3,7 @@ readers open, and a plain (non-editable) install imports as ``zarrmill`` from an
 holding its own ``tasks.py`` and ``tasks/``."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -99,3 +100,56 @@ def test_nothing_in_the_repository_reads_outside_it():
     outside = os.path.join(os.pardir, "shared")  # the reference folder beside a developer's checkout
     hits = subprocess.run(["git", "grep", "-n", "-I", "-F", "-e", outside], cwd=REPO, capture_output=True, text=True)
     assert hits.returncode == 1 and hits.stdout == "", hits.stdout  # 1: git grep found nothing
+
+
+def _etc_and_packages() -> dict[str, tuple]:
+    """Every entry under /etc (kind, size, mtime; links not followed) and the package database."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, names in os.walk("/etc"):
+        for name in dirnames + names:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            out[path] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    for db in ("/var/lib/dpkg/status", "/var/lib/dpkg/available"):
+        if os.path.exists(db):
+            out[db] = (hashlib.sha256(Path(db).read_bytes()).hexdigest(),)
+    return out
+
+
+def _daemons() -> set[tuple[int, str]]:
+    """(pid, name) of every process whose parent is init: where a started daemon ends up."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if rest[1] == "1" and rest[0] not in ("Z", "X"):
+                out.add((int(entry), name))
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_tests_run_without_services_leaves_the_machine_alone(tmp_path):
+    """The README's test command without --services, as on a fresh machine: it sets up the clone's
+    venvs and runs pytest (here: collects one file), and /etc, the package database and the
+    daemons running are as they were."""
+    etc, daemons = _etc_and_packages(), _daemons()
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_CURRENT_TEST")}
+    env["PYTHON"] = sys.executable  # the same Python as ./.venv's: tests/run keeps the venvs
+    run = subprocess.run(["bash", "tests/run", "-q", "-p", "no:cacheprovider", "--co", "tests/test_install.py"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=850)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "test_tests_run_without_services_leaves_the_machine_alone" in run.stdout
+    after = _etc_and_packages()
+    changed = sorted(k for k in etc.keys() | after.keys() if etc.get(k) != after.get(k))
+    assert changed == [], changed[:20]
+    started = {d for d in _daemons() - daemons if Path(f"/proc/{d[0]}").exists()}
+    assert started == set(), started
+    if os.geteuid() == 0 and subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
+        assert "skipping what needs the machine's services" in run.stderr, run.stderr[-2000:]

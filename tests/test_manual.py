@@ -3,11 +3,14 @@ generated data, the site builds with warnings as errors and no broken internal l
 reference pages list every parameter ``zarrmill schema`` lists (a parameter added to a task is
 there with no edit to the docs).
 
-How examples are run: each page gets a fresh folder holding the sample data its examples name
-(``raw/`` a CellVoyager plate, ``incoming/plate1`` the same, ``brain.ome.zarr`` a volume and
-``cells.xml`` points in it, ``cases/`` training volumes, ``nnUNet_preprocessed/`` three cases nnU-Net
-wrote, ``workflows/`` the repository's). Its code blocks run in page order in that folder, so a
-block may use what an earlier one wrote. An HTML comment on the line before a block says how:
+How examples are run: a getting-started page runs exactly as written, in an empty folder that holds
+only the clone's ``workflows/`` (the pages run from the folder you cloned): its own ``zarrmill
+sample-data`` lines make its inputs, and nothing else is made for it. Every other page gets a fresh
+folder holding the sample data its examples name, made by the same command (``raw/`` and
+``incoming/plate1`` the ``plate-cellvoyager`` sample, ``brain.ome.zarr`` and ``cells.xml`` the
+``organ-points`` sample, ``cases/`` ``training-cases``, ``nnUNet_preprocessed/``
+``nnunet-preprocessed``) and ``workflows/``. A page's code blocks run in page order in its folder,
+so a block may use what an earlier one wrote. An HTML comment on the line before a block says how:
 
 - none: a ``bash`` block runs (``set -euo pipefail``: a ``! cmd`` line must fail); a ``yaml`` block
   is saved and checked with ``zarrmill validate``, then run with ``zarrmill run``;
@@ -16,25 +19,24 @@ block may use what an earlier one wrote. An HTML comment on the line before a bl
   ``zarrmill validate F`` then ``zarrmill run F --dry-run``, ``zarrmill submit F`` as ``zarrmill
   validate F``, ``zarrmill task ...`` with ``--executor sync``; a ``yaml`` block is validated and dry-run;
 - ``<!-- example: s3 -->``: runs against a real S3 server (moto's, on 127.0.0.1) with its bucket;
-- ``<!-- example: setup -->``: sets up this repository (installs, the test suite itself): ``bash -n``
-  and the scripts it names exist."""
+- ``<!-- example: setup -->``: sets up this repository (installs, the test suite itself): ``bash -n``,
+  the scripts it names exist and ``pip install -e .`` finds the clone's pyproject.toml."""
 from __future__ import annotations
 
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import REPO, zarrmill_subprocess
 
 DOCS = REPO / "docs"
+GETTING_STARTED = DOCS / "getting-started"
 PAGES = sorted(p for p in DOCS.rglob("*.md")) + [REPO / "README.md"]
 MARK = re.compile(r"<!--\s*example:\s*(?P<kind>[\w-]+)(?:\s+(?P<arg>\S+))?\s*-->")
 FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
@@ -77,41 +79,31 @@ def examples(page: Path) -> list[Block]:
     return [b for b in blocks(page) if b.lang in ("bash", "sh", "yaml")]
 
 
-# -- sample data, made once -------------------------------------------------------------------------
+# -- sample data, made once (for the pages outside getting-started) --------------------------------
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("samples")
-    done = zarrmill_subprocess("task", "generate-plate", "--executor", "sync", "--set", f"output={root / 'raw'}",
-                               "--set", "wells=[B03,C05]", "--set", "grid=[2,2]", "--set", "shape=[64,80]",
-                               "--set", "channels=2", "--set", "z_planes=2")
-    assert done.returncode == 0, done.stderr
-    (root / "incoming").mkdir()
-    shutil.copytree(root / "raw", root / "incoming" / "plate1")
-    done = zarrmill_subprocess("task", "generate", "--executor", "sync", "--set", f"output={root / 'brain.ome.zarr'}",
-                               "--set", "shape=[24,96,96]", "--set", "chunks=[8,32,32]", "--set", "pixel_size=[2,1,1]")
-    assert done.returncode == 0, done.stderr
-    from zarrmill.io.readers.points import write_cellfinder_xml
-
-    rng = np.random.default_rng(0)
-    zyx = np.column_stack([rng.integers(4, 20, 200), rng.integers(8, 88, 200), rng.integers(8, 88, 200)])
-    write_cellfinder_xml(root / "cells.xml", zyx, np.ones(200, int))
-    (root / "cases").mkdir()
-    for i in range(3):
-        np.save(root / "cases" / f"case_{i:03d}.npy", rng.poisson(20, (40, 64, 64)).astype(np.uint16))
-    sys.path.insert(0, str(REPO / "tests"))
-    try:  # nnU-Net's own dataset classes write it (tests/run installs them); only one page needs it
-        from test_nnunet import nnunet_folder
-    except pytest.skip.Exception:
-        return root
-    nnunet_folder(root / "nnUNet_preprocessed", "3d_fullres", [16, 32, 32])
+    for name, dest in (("plate-cellvoyager", "raw"), ("plate-cellvoyager", "incoming/plate1"),
+                       ("organ-points", "organ"), ("training-cases", "cases"),
+                       ("nnunet-preprocessed", "nnUNet_preprocessed")):
+        done = zarrmill_subprocess("sample-data", name, root / dest)
+        assert done.returncode == 0, done.stderr
+    for name in ("brain.ome.zarr", "cells.xml"):
+        os.symlink(root / "organ" / name, root / name)
     return root
 
 
-def _sandbox(samples: Path, where: Path) -> Path:
+def _clone_view(where: Path) -> Path:
+    """An empty folder with the clone's workflows/, as a page run from the folder you cloned sees it."""
     where.mkdir(parents=True)
+    os.symlink(REPO / "workflows", where / "workflows")
+    return where
+
+
+def _sandbox(samples: Path, where: Path) -> Path:
+    _clone_view(where)
     for item in samples.iterdir():
         os.symlink(item, where / item.name)
-    os.symlink(REPO / "workflows", where / "workflows")
     return where
 
 
@@ -173,6 +165,8 @@ def _setup_shell(block: Block) -> None:
         words = shlex.split(line, comments=True)
         if len(words) >= 2 and words[0] == "bash":
             assert (REPO / words[1]).is_file(), f"{block.where}: {words[1]} does not exist"
+        if "-e" in words and words[words.index("-e") + 1:][:1] == ["."]:
+            assert (REPO / "pyproject.toml").is_file(), f"{block.where}: pip install -e . needs the clone's pyproject.toml"
 
 
 def _yaml(block: Block, cwd: Path, env: dict[str, str], n: int) -> None:
@@ -190,8 +184,11 @@ def _page_id(page: Path) -> str:
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(p)], ids=_page_id)
-def test_every_example_on_the_page_runs(page, samples, tmp_path, request):
-    cwd = _sandbox(samples, tmp_path / "work")
+def test_every_example_on_the_page_runs(page, tmp_path, request):
+    if GETTING_STARTED in page.parents:  # as pasted: the page's own sample-data lines make its inputs
+        cwd = _clone_view(tmp_path / "work")
+    else:
+        cwd = _sandbox(request.getfixturevalue("samples"), tmp_path / "work")
     env = _env()
     if any("s3" in b.marks for b in examples(page)):
         server = request.getfixturevalue("s3")
@@ -207,6 +204,15 @@ def test_every_example_on_the_page_runs(page, samples, tmp_path, request):
             _cluster_shell(block, cwd, env)
         else:
             _bash(block.text, cwd, env, block.where)
+
+
+@pytest.mark.parametrize("page", sorted(GETTING_STARTED.glob("*.md")), ids=_page_id)
+def test_every_getting_started_page_opens_with_the_install_line_and_its_sample(page):
+    install, sample = examples(page)[:2]
+    assert "setup" in install.marks and "pip install -e ." in install.text, f"{install.where}: not the install line"
+    lines = [line for line in sample.text.splitlines() if line.strip()]
+    assert not sample.marks and lines and all(line.startswith("zarrmill sample-data") for line in lines), \
+        f"{sample.where}: not the zarrmill sample-data line(s)"
 
 
 def test_every_page_marks_only_kinds_the_runner_knows():

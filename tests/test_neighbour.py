@@ -284,3 +284,57 @@ def test_a_dry_run_of_a_labels_step_writes_nothing_beside_the_users_image(cli, t
     code, out, err = cli("run", wf, "--dry-run")
     assert code == 0, err
     assert changes(before, snapshot(tmp_path)) == []
+
+
+# -- links planted at zarrmill's own files before a run ----------------------------------------
+def _plant_claim(out: Path, target: Path) -> None:
+    out.mkdir(parents=True)
+    os.symlink(target, out / ".zarrmill-claim")
+
+
+def _plant_lock(out: Path, target: Path) -> None:
+    book = bookkeeping(out)
+    book.mkdir(parents=True)
+    os.symlink(target, book / "lock")
+
+
+def _plant_ledger(out: Path, target: Path) -> None:
+    book = bookkeeping(out)
+    (book / "steps").mkdir(parents=True)
+    os.symlink(target.parent, book / "steps" / "generate")
+
+
+@pytest.mark.parametrize("plant", [_plant_claim, _plant_lock, _plant_ledger], ids=["claim", "lock", "ledger"])
+def test_links_at_zarrmills_own_files_are_never_written_through(cli, tmp_path, plant):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    victim = _victim(tmp_path)
+    out = shared / "plate.zarr"
+    plant(out, victim / "credentials")
+    before = snapshot(victim)
+    code, _, err = _generate(cli, out)
+    assert "Traceback" not in err
+    assert changes(before, snapshot(victim)) == []
+    if code == 0:  # the link was zarrmill's to replace (it stood in its own new store): the run is whole
+        assert cli("check", out)[0] == 0
+
+
+# -- in a bucket: a colleague's object under a prefix a failing run made -------------------------
+def test_a_failed_plan_in_a_bucket_keeps_a_colleagues_object(cli, bucket, s3env, patch_task):
+    fs = s3env.fs()
+    url = f"s3://{bucket}/new/plate.zarr"
+    real_plan = generate.plan
+
+    def plan_then_fail(p, ctx):
+        real_plan(p, ctx)
+        fs.pipe_file(f"{bucket}/new/plate.zarr/colleague.csv", b"well,count\n")
+        fs.pipe_file(f"{bucket}/new/other/results.csv", b"a,b\n")
+        from zarrmill.errors import InputError
+        raise InputError(f"{p.output}: the plan failed on purpose")
+
+    patch_task("plan", plan_then_fail)
+    code, _, err = _generate(cli, url)
+    assert code == 2, err
+    left = s3env.objects(bucket)
+    assert left["new/other/results.csv"] == b"a,b\n"
+    assert left["new/plate.zarr/colleague.csv"] == b"well,count\n"

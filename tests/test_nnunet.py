@@ -12,6 +12,8 @@ import pytest
 from adversarial_world import changes, snapshot
 from conftest import require
 
+from zarrmill.io.synthetic.nnunet import write_preprocessed
+
 _dataset = require("nnunetv2.training.dataloading.nnunet_dataset", "nnU-Net's own dataset classes")
 comp_blosc2_params = _dataset.comp_blosc2_params
 infer_dataset_class = _dataset.infer_dataset_class
@@ -22,39 +24,20 @@ PATCH_3D = [24, 40, 40]
 PATCH_2D = [48, 40]
 
 
-def volume(shape, seed: int, kind: str) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    z, y, x = np.meshgrid(*[np.linspace(-1, 1, s, dtype=np.float32) for s in shape], indexing="ij")
-    smooth = np.sin(3 * z + seed) * np.cos(4 * y) + x * x
-    if kind == "ct":  # CT-like: smooth float32 after nnU-Net's normalisation
-        return (smooth + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-    return np.round(20 * smooth + rng.poisson(3, shape)).astype(np.float32)  # quantised microscopy
-
-
 def nnunet_folder(root: Path, config: str, patch: list[int], n: int = 3, writer: str = "b2nd") -> Path:
     """nnUNet_preprocessed/Dataset001_Test/nnUNetPlans_<config>/ written by nnU-Net's own code,
-    with the plans file beside it."""
-    dataset = root / "Dataset001_Test"
-    folder = dataset / f"nnUNetPlans_{config}"
-    folder.mkdir(parents=True)
-    plans = dataset / "nnUNetPlans.json"
-    doc = json.loads(plans.read_text()) if plans.exists() else {"plans_name": "nnUNetPlans", "configurations": {}}
-    doc["configurations"][config] = {"data_identifier": f"nnUNetPlans_{config}", "patch_size": patch}
-    plans.write_text(json.dumps(doc))
-    for i in range(n):
-        shape = (30 + 4 * i, 64, 56) if config == "3d_fullres" else (6 + i, 72, 64)
-        data = np.stack([volume(shape, i, "ct"), volume(shape, i + 10, "microscopy")])
-        seg = (data[:1] > 0.6).astype(np.int8) - (data[:1] < -0.8).astype(np.int8)
-        props = {"spacing": [1.0, 0.7, 0.7], "shape_before_cropping": list(shape), "case": i,
-                 "class_locations": {1: np.argwhere(seg[0] == 1)[:5]}}
-        target = str(folder / f"case_{i:03d}")
+    with the plans file beside it (the cases of ``zarrmill sample-data nnunet-preprocessed``:
+    zarrmill.io.synthetic.nnunet)."""
+
+    def save(data, seg, props, target, patch):
         if writer == "npz":
             nnUNetDatasetNumpy.save_case(data, seg, props, target)
         else:
             p3 = patch if len(patch) == 3 else [1] + patch
             blocks, chunks = comp_blosc2_params(data.shape, p3, data.itemsize)
             nnUNetDatasetBlosc2.save_case(data, seg, props, target, chunks=chunks, blocks=blocks)
-    return folder
+
+    return write_preprocessed(root, config, patch, n, save)
 
 
 def compress(cli, src: Path, out: Path, *sets: str) -> tuple[int, str]:

@@ -114,7 +114,7 @@ def test_run_with_bad_workflow_writes_nothing(cli, tmp_path, good):
 
 def test_misspelled_step_key_lists_the_step_fields(cli, tmp_path, good):
     line = run_bad(cli, tmp_path, good.replace("    needs: [gen]", "    need: [gen]"))
-    assert "steps.copy.need: unknown field; allowed: task, params, needs, resources" in line
+    assert "steps.copy.need: unknown field; did you mean 'needs'? allowed: task, params, needs, resources" in line
 
 
 @pytest.mark.parametrize("content,words", [

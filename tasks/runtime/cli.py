@@ -10,7 +10,7 @@ import sys
 import time
 
 from .. import __version__
-from ..errors import ZarrmillError
+from ..errors import ZarrmillError, did_you_mean
 from .kinds import EXECUTOR_KINDS
 
 
@@ -20,9 +20,44 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"zarrmill: error: {message} (see: {self.prog} --help)\n")
 
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        """An invalid choice (a command, ``--executor``, ``--scheduler``) names the closest one."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as err:
+            hint = did_you_mean(value, action.choices or ())
+            raise argparse.ArgumentError(action, f"{err.message}; {hint}" if hint else err.message) from None
+
+
+class TaskHelp(argparse.Action):
+    """``zarrmill task NAME --help`` (and ``tasks NAME --help``): that task's parameters, types,
+    defaults and an example, not only the command's options; without a NAME the command's help."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, default: object = argparse.SUPPRESS,
+                 help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        name = getattr(namespace, "name", None)
+        if not name:
+            parser.print_help()
+            parser.exit()
+        from .registry import get_task
+        from .schema import task_help
+
+        try:
+            text = task_help(get_task(name))
+        except ZarrmillError as err:  # an unknown task: one line with the closest name, exit 2
+            parser.exit(err.exit_code, f"zarrmill: error: {err}\n")
+        print(text)
+        parser.exit()
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, locally or on SLURM.")
+    parser = OneLineParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, "
+                           "on this machine or on a cluster (SLURM, Grid Engine, PBS, LSF, HTCondor) through "
+                           "dask-jobqueue.")
     parser.add_argument("--version", action="version", version=f"zarrmill {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
@@ -41,14 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace outputs written with other parameters")
     p.add_argument("--step", action="append", help="run only this step (repeatable)")
 
-    p = add("task", "run one task locally, parameters from --set and/or --params FILE")
-    p.add_argument("name")
+    p = sub.add_parser("task", add_help=False, help="run one task, parameters from --set and/or --params FILE",
+                       description="run one task, parameters from --set and/or --params FILE, on this machine or "
+                       "through --executor on a cluster", epilog=TASK_HELP_EPILOG)
+    p.add_argument("-h", "--help", action=TaskHelp, help="with NAME: the task's parameters and an example")
+    p.add_argument("name", help="the task (zarrmill tasks lists them)")
     p.add_argument("--params", help="YAML or JSON file with the task's parameters")
     _add_set(p)
     p.add_argument("--executor", default="auto", choices=EXECUTOR_KINDS)
     p.add_argument("--overwrite", action="store_true")
 
-    p = add("tasks", "list tasks, or show one task's parameters")
+    p = sub.add_parser("tasks", add_help=False, help="list tasks, or show one task's parameters",
+                       description="list tasks, or show one task's parameters", epilog=TASK_HELP_EPILOG)
+    p.add_argument("-h", "--help", action=TaskHelp, help="with NAME: the task's parameters and an example")
     p.add_argument("name", nargs="?")
 
     p = add("validate", "check a workflow file without running it")
@@ -94,7 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", default="zarrmill-logs", help="where the driver log goes")
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")
+
+    p = add("sample-data", "write a small sample to try zarrmill on (a plate per instrument format, a volume with "
+            "points, training folders); without NAME: list them")
+    p.add_argument("name", nargs="?", help="the sample (zarrmill sample-data lists them)")
+    p.add_argument("dest", nargs="?", help="folder to write it to: new or empty")
     return parser
+
+
+TASK_HELP_EPILOG = "zarrmill task NAME --help (or zarrmill tasks NAME): a task's parameters and an example"
 
 
 def _non_negative_days(text: str) -> float:
@@ -122,7 +170,10 @@ def _main(argv: list[str]) -> int:
     from .redaction import redact_records, redacting_excepthook
 
     debug = "--debug" in argv  # accepted anywhere on the line, not only before the command
-    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    try:
+        args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    except SystemExit as done:  # --help, --version or a usage error (its line is printed): the exit code
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
     args.debug = debug
     if debug:
         sys.excepthook = redacting_excepthook  # the traceback --debug lets through is printed redacted
@@ -134,7 +185,7 @@ def _main(argv: list[str]) -> int:
         _libraries_log_to_a_file()
     from .commands import COMMANDS
 
-    return_freed_memory()  # before any plane is read; dask and SLURM workers inherit it
+    return_freed_memory()  # before any plane is read; dask's local and batch-job workers inherit it
     try:
         check_endpoint_environment()  # AWS_ENDPOINT_URL* with a credential: one line, exit 2
         reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)

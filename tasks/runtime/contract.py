@@ -11,7 +11,12 @@ A task is a module with:
 - optional ``finish(params, ctx)``: on the driver, after every unit is done (final metadata);
 - optional ``describe_unit(unit) -> str``: a short human description for error messages;
 - optional ``VERSION: int``: bump when the output of the same parameters changes, so old ledgers
-  are not trusted.
+  are not trusted;
+- optional ``WORKERS = THREADS``: its units spend their time outside the GIL (file reads, numpy,
+  Blosc), so the local executor runs them on threads in one process;
+- optional ``EXAMPLE``: ``{"params": {...}}`` with parameters that run as they are (optionally
+  ``"after"``: the task whose example writes this one's input, and ``"note"``: what else it
+  reads); the manual shows it as a workflow file and a command line.
 
 The module docstring is the task's user documentation (``zarrmill tasks NAME``).
 """
@@ -114,8 +119,12 @@ class TaskParams(BaseModel):
 class PlanContext:
     """What the engine tells ``plan``/``finish``.
 
-    resume: the ledger already holds this step with the same parameters, so existing output arrays
-    must be kept (open, never recreate). overwrite: the user asked to replace an existing output.
+    step: the step's name in the workflow. resume: the ledger already holds this step with the same
+    parameters, so existing output arrays must be kept (open, never recreate). overwrite: the user
+    asked to replace an existing output. guard: the output guard every node the plan creates or
+    replaces goes through (never delete or replace anything by hand). saved: what an earlier plan of
+    the same step read, kept for a resume. problems: on a dry run, a list to which a task adds what
+    would stop the real run (e.g. missing files) before it goes on planning; None on a real run.
     """
 
     step: str
@@ -130,6 +139,11 @@ class PlanContext:
 
 @dataclass(frozen=True)
 class Task:
+    """A task as the runtime sees it, made from its module by ``Task.from_module`` (the registry
+    does so for the built-in tasks and every module a ``zarrmill.tasks`` entry point names): the
+    module's ``Params``, ``plan``, ``run_unit``, optional ``finish`` and ``describe_unit``, ``VERSION``,
+    ``WORKERS`` and docstring (``doc``, whose first line is ``summary``)."""
+
     name: str
     params_model: type[TaskParams]
     plan: Callable[[TaskParams, PlanContext], list[Unit]]
@@ -144,6 +158,8 @@ class Task:
 
     @classmethod
     def from_module(cls, name: str, module: types.ModuleType) -> "Task":
+        """The task a module defines, under ``name``; ``TypeError`` when it lacks ``Params``, ``plan``
+        or ``run_unit``."""
         missing = [a for a in ("Params", "plan", "run_unit") if not hasattr(module, a)]
         if missing:
             raise TypeError(f"task module {module.__name__} lacks {', '.join(missing)}")
@@ -161,6 +177,7 @@ class Task:
 
     @property
     def summary(self) -> str:
+        """The docstring's first line."""
         return self.doc.splitlines()[0] if self.doc else ""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import dask.config
 from dask.utils import parse_bytes
 
-from ..errors import ExecutorError
+from ..errors import ConfigError, ExecutorError
 from .budget import MEMORY, budget_of
 from .schedulers import scheduler
 from .schedulers.base import Scheduler, checked_script, job_script_value, sanitize_job_name, shell_safe_path, tail_file
@@ -47,13 +47,28 @@ def _settings(spec: ExecutorSpec, resources: Resources | None) -> dict[str, Any]
     return kwargs
 
 
+def _bytes(batch: Scheduler, value: Any) -> int:
+    """A job's memory in bytes; a value no check caught (WorkflowSpec checks them) is one line, exit 2."""
+    try:
+        return parse_bytes(str(value))
+    except (ValueError, TypeError):
+        raise ConfigError(f"executor.{batch.kind}.memory: {value!r} is not a size; write e.g. 4GB or 512MiB") from None
+
+
+def _count(batch: Scheduler, key: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        raise ConfigError(f"executor.{batch.kind}.{key}: {value!r} is not a whole number; write e.g. 4") from None
+
+
 def batch_unit_budget(spec: ExecutorSpec, resources: Resources | None) -> int:
     """A batch worker's unit budget: the job's memory over its worker processes (dask-jobqueue gives
     each that memory limit)."""
     batch, settings = scheduler(spec.kind), _settings(spec, resources)
     memory = settings.get("memory") or _jobqueue(batch, "memory")
-    processes = int(settings.get("processes") or _jobqueue(batch, "processes") or 1)
-    return budget_of(parse_bytes(str(memory)) // max(processes, 1))
+    processes = _count(batch, "processes", settings.get("processes") or _jobqueue(batch, "processes") or 1)
+    return budget_of(_bytes(batch, memory) // max(processes, 1))
 
 
 def _seconds(walltime: Any, kind: str) -> float:
@@ -81,8 +96,8 @@ def _effective(spec: ExecutorSpec, resources: Resources | None) -> tuple[int, in
         found = have.get(key)
         return found if found is not None else (_jobqueue(batch, key) if _jobqueue(batch, key) is not None else default)
 
-    return (int(value("cores", 1)), int(value("processes", 1)), parse_bytes(str(value("memory", "0"))),
-            _seconds(value("walltime", "inf"), spec.kind))
+    return (_count(batch, "cores", value("cores", 1)), _count(batch, "processes", value("processes", 1)),
+            _bytes(batch, value("memory", "0")), _seconds(value("walltime", "inf"), spec.kind))
 
 
 def fitting_pool(spec: ExecutorSpec, need: Resources | None, pools: dict[tuple, tuple[Resources | None, float]]

@@ -1,17 +1,27 @@
 """The manual's reference pages, made from the code when the manual is built (docs/hooks.py): every
-task with every parameter from the schema ``zarrmill schema`` prints, the workflow file format from
-the same schema, and the ``--help`` of every command. Nothing here is written by hand, so a
-parameter added to a task is in the manual at the next build, with no edit to the docs."""
+task with every parameter from the schema ``zarrmill schema`` prints and the example its module
+gives (``EXAMPLE``), the workflow file format from the same schema, the ``--help`` of every command,
+and the Python API (patch stores, the task contract) from signatures and docstrings. Nothing here is
+written by hand, so a parameter added to a task is in the manual at the next build, with no edit to
+the docs."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
+import inspect
 import json
+import re
+import shlex
 from typing import Any
 
-from .registry import get_task, task_names
+import yaml
+
+from .registry import get_task, task_modules, task_names
 from .schema import describe_type, plain, workflow_schema
 
 TASKS_DIR = "reference/tasks"
+API_DIR = "reference/api"
 GENERATED = "<!-- generated from the code at build time (tasks/runtime/manual.py): do not edit -->\n"
 
 
@@ -22,6 +32,7 @@ def reference_pages() -> dict[str, str]:
              "reference/cli.md": cli_page()}
     for name in task_names():
         pages[f"{TASKS_DIR}/{name}.md"] = task_page(name, schema)
+    pages.update(api_pages())
     return pages
 
 
@@ -53,12 +64,60 @@ def task_page(name: str, schema: dict[str, Any]) -> str:
             default = _factory_default(task, key)
         lines.append(f"| `{key}` | {_cell(describe_type(prop, defs))} | {default} | "
                      f"{_cell(plain(prop.get('description', '')))} |")
-    lines += ["", "## As a workflow step", "", "```yaml", "steps:", f"  my-{name}:", f"    task: {name}",
-              "    params:"]
-    lines += [f"      {key}: ..." for key in params["properties"] if key in required] or ["      {}"]
-    lines += ["```", "", f"Or from the command line: `zarrmill task {name} --set KEY=VALUE ...`; "
-              f"`zarrmill tasks {name}` lists these parameters in a terminal.", ""]
+    lines += ["", *example_section(name), f"`zarrmill tasks {name}` lists these parameters in a terminal.", ""]
     return "\n".join(lines)
+
+
+def task_example(name: str) -> dict[str, Any] | None:
+    """The task module's ``EXAMPLE``: ``params`` (a runnable set of parameters), optionally ``after``
+    (the task whose example writes this one's input) and ``note`` (what else it reads)."""
+    module = importlib.import_module(task_modules()[name].split(":")[0])
+    example = getattr(module, "EXAMPLE", None)
+    return example if isinstance(example, dict) and isinstance(example.get("params"), dict) else None
+
+
+def example_workflow(name: str, params: dict[str, Any]) -> str:
+    """The example as a workflow file of one step."""
+    doc = {"name": f"{name}-example", "steps": {name: {"task": name, "params": params}}}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+
+
+def example_command(name: str, params: dict[str, Any]) -> str:
+    """The example as ``zarrmill task NAME --set KEY=VALUE ...`` (values as ``--set`` reads them)."""
+    words = ["zarrmill", "task", name]
+    for key, value in params.items():
+        words += ["--set", shlex.quote(f"{key}={_set_value(value)}")]
+    return " ".join(words)
+
+
+def _set_value(value: Any) -> str:
+    """YAML that reads back as ``value``, compact: ``[B03,C05]``, ``{cname: lz4}``, ``true``."""
+    if isinstance(value, list):
+        return "[" + ",".join(_set_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_set_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str) and not re.search(r"[\[\]{},#]|: ", value) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)
+
+
+def example_section(name: str) -> list[str]:
+    example = task_example(name)
+    if example is None:
+        return ["## Example", "", f"`zarrmill task {name} --set KEY=VALUE ...` (the task's module gives no "
+                "`EXAMPLE`).", ""]
+    params = example["params"]
+    lines = ["## Example", ""]
+    after = example.get("after")
+    if after:
+        lines += [f"Run it in the folder where the [{after}]({after}.md) example ran: it reads what that "
+                  "example writes.", ""]
+    if example.get("note"):
+        lines += [example["note"], ""]
+    lines += ["As a workflow file (`zarrmill run example.yaml`; `--dry-run` sizes it first):", "", "```yaml",
+              example_workflow(name, params).rstrip(), "```", "", "The same from the command line:", "",
+              "```bash", example_command(name, params), "```", ""]
+    return lines
 
 
 def _factory_default(task: Any, key: str) -> str:
@@ -68,8 +127,8 @@ def _factory_default(task: Any, key: str) -> str:
 
 
 def _doc(text: str) -> str:
-    """A task's docstring as Markdown: reStructuredText literals become code."""
-    return (text or "").replace("``", "`")
+    """A docstring as Markdown: reStructuredText literals and roles (``:class:`X```) become code."""
+    return re.sub(r":[a-z]+:`([^`]+)`", r"`\1`", (text or "").replace("``", "`"))
 
 
 def _cell(text: str) -> str:
@@ -134,3 +193,100 @@ def _help(parser: argparse.ArgumentParser) -> str:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = old
+
+
+# -- the Python API: plain Markdown from signatures and docstrings -------------------------------------
+API_PAGES = {
+    "training-data": ("Python API: patch stores and compressed sets",
+                      "Reading what [patch-extract](../tasks/patch-extract.md) and [compress](../tasks/compress.md) "
+                      "write, in a training loop or a notebook. Everything here returns numpy arrays; torch is "
+                      "not a dependency.",
+                      ["zarrmill.io.training.patch_dataset:PatchDataset",
+                       "zarrmill.io.training.patch_table:points_table",
+                       "zarrmill.io.training.b2store:open_patches",
+                       "zarrmill.io.training.b2store:PatchArray"]),
+    "task-contract": ("Python API: the task contract",
+                      None,  # the contract module's own docstring
+                      ["zarrmill.runtime.contract:TaskParams",
+                       "zarrmill.runtime.contract:PlanContext",
+                       "zarrmill.runtime.contract:Task"]),
+}
+API_SPECIAL = {"__getitem__": "obj[{args}]", "__len__": "len(obj)"}  # shown as they are called
+
+
+def api_pages() -> dict[str, str]:
+    return {f"{API_DIR}/{name}.md": api_page(*spec) for name, spec in API_PAGES.items()}
+
+
+def api_page(title: str, intro: str | None, objects: list[str]) -> str:
+    if intro is None:
+        intro = _doc(inspect.getdoc(importlib.import_module(objects[0].split(":")[0])) or "")
+    lines = [GENERATED, f"# {title}", "", intro, ""]
+    for path in objects:
+        lines += api_entry(path)
+    return "\n".join(lines)
+
+
+def api_entry(path: str) -> list[str]:
+    """One class or function: its import, signature, docstring; a class's fields and public members."""
+    module_name, _, name = path.partition(":")
+    obj = getattr(importlib.import_module(module_name), name)
+    is_model = hasattr(obj, "model_fields")
+    shown = name if is_model else f"{name}{_signature(obj)}"
+    lines = [f"## {name}", "", "```python", f"from {module_name} import {name}", shown, "```", "",
+             _doc(inspect.getdoc(obj) or ""), ""]
+    if not inspect.isclass(obj):
+        return lines
+    if dataclasses.is_dataclass(obj):
+        lines += ["| field | type | default |", "| --- | --- | --- |"]
+        for f in dataclasses.fields(obj):
+            default = ("" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                       else f"`{f.default!r}`" if f.default is not dataclasses.MISSING else "(made per instance)")
+            lines.append(f"| `{f.name}` | `{_cell(_annotation(f.type))}` | {default} |")
+        lines.append("")
+    if is_model:
+        class_vars = sorted(getattr(obj, "__class_vars__", ()))
+        if class_vars:
+            lines += ["Class attributes a subclass may set:", "", "| attribute | default |", "| --- | --- |"]
+            lines += [f"| `{v}` | `{_cell(repr(getattr(obj, v)))}` |" for v in class_vars]
+            lines.append("")
+    for member_name, member in vars(obj).items():
+        if member_name.startswith("_") and member_name not in API_SPECIAL:
+            continue
+        if isinstance(member, property):
+            ret = inspect.signature(member.fget).return_annotation
+            kind = f" -> {_annotation(ret)}" if ret is not inspect.Signature.empty else ""
+            lines += [f"### {name}.{member_name}", "", f"Property{kind}.", "", _doc(inspect.getdoc(member) or ""), ""]
+        elif isinstance(member, (classmethod, staticmethod)) or inspect.isfunction(member):
+            func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+            if getattr(func, "__doc__", None) is None or member_name.startswith("model_"):
+                continue  # pydantic's hooks and undocumented helpers are not the API
+            signature = _signature(func, drop_first=not isinstance(member, staticmethod))
+            call = f"{member_name}{signature}"
+            if member_name in API_SPECIAL:  # (i: int) -> T as obj[i: int] -> T
+                args, _, ret = signature[1:].partition(")")
+                call = API_SPECIAL[member_name].format(args=args) + ret
+            heading = API_SPECIAL.get(member_name, "{name}.{member}").format(name=name, member=member_name, args="i")
+            lines += [f"### {heading.replace('obj', name)}", "", "```python", call, "```", "",
+                      _doc(inspect.getdoc(func) or ""), ""]
+    return lines
+
+
+def _signature(obj: Any, drop_first: bool = False) -> str:
+    """``(a: T = default, ...) -> R`` with annotations as the source writes them."""
+    sig = inspect.signature(obj)
+    params = list(sig.parameters.values())[1 if drop_first else 0:]
+    words = []
+    for p in params:
+        word = ("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name
+        if p.annotation is not p.empty:
+            word += f": {_annotation(p.annotation)}"
+        if p.default is not p.empty:
+            word += f" = {p.default!r}"
+        words.append(word)
+    ret = "" if sig.return_annotation is sig.empty else f" -> {_annotation(sig.return_annotation)}"
+    return f"({', '.join(words)}){ret}"
+
+
+def _annotation(annotation: Any) -> str:
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)

@@ -4,11 +4,12 @@ that was not pip-installed still works."""
 from __future__ import annotations
 
 import importlib
+import re
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 from .contract import Task
 
 ENTRY_POINT_GROUP = "zarrmill.tasks"
@@ -46,23 +47,34 @@ def task_names() -> list[str]:
 
 
 def task_summary(name: str) -> str:
-    """The first line of a task module's docstring, read from its source without importing it
-    (a task imports zarr, numpy and its codecs at import time: a second for the whole list)."""
+    """The first sentence of a task module's docstring, whole (it may wrap over several lines of
+    the source), as one line of plain text; read from the source without importing the module (a
+    task imports zarr, numpy and its codecs at import time: a second for the whole list)."""
     import ast
     import importlib.util
 
     module = task_modules()[name].split(":")[0]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return get_task(name).summary
-    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+        return first_sentence(get_task(name).doc)
+    return first_sentence(ast.get_docstring(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))) or "")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line, ``literals`` as plain text."""
+    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    paragraph = re.sub(r"``([^`]+)``", r"\1", paragraph)
+    for end in re.finditer(r"[.!?](?=\s+[A-Z(])", paragraph):
+        if not re.search(r"(\be\.g|\bi\.e|\betc|\bvs|\bcf|\bapprox|\b[A-Za-z])\.$", paragraph[:end.end()]):
+            return paragraph[:end.end()]
+    return paragraph
 
 
 @lru_cache(maxsize=None)
 def get_task(name: str) -> Task:
     modules = task_modules()
     if name not in modules:
-        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(modules)}")
+        hint = did_you_mean(name, modules)
+        raise ConfigError(f"unknown task {name!r}; {hint + ' ' if hint else ''}known tasks: {', '.join(modules)}")
     module = importlib.import_module(modules[name].split(":")[0])
     return Task.from_module(name, module)

@@ -58,8 +58,72 @@ def task_params_help(task: Task) -> str:
             default = f"default {json.dumps(value)}"
         lines.append(f"  {name}: {kind}; {default}")
         if field.description:
-            lines.append(f"      {plain(field.description)}")
+            lines.append(f"      {one_line(plain(field.description))}")
     return "\n".join(lines)
+
+
+def task_help(task: Task) -> str:
+    """What ``zarrmill task NAME --help`` and ``zarrmill tasks NAME`` print: how to call the task,
+    its documentation, every parameter (type, bounds, default, description) and an example."""
+    from .kinds import EXECUTOR_KINDS
+
+    usage = (f"usage: zarrmill task {task.name} --set PARAM=VALUE ... [--params FILE] "
+             f"[--executor {{{','.join(EXECUTOR_KINDS)}}}] [--overwrite]")
+    lines = [usage, "", task_params_help(task), "", "example:", f"  {example_command(task)}"]
+    after = (module_example(task) or {}).get("after")
+    if after:
+        lines.append(f"  (its input is what the example of zarrmill task {after} --help writes)")
+    return "\n".join(lines)
+
+
+def module_example(task: Task) -> dict[str, Any] | None:
+    """The task module's ``EXAMPLE`` (``params``, optionally ``after`` and ``note``), if it has one."""
+    import importlib
+
+    from .registry import task_modules
+
+    example = getattr(importlib.import_module(task_modules()[task.name].split(":")[0]), "EXAMPLE", None)
+    return example if isinstance(example, dict) and isinstance(example.get("params"), dict) else None
+
+
+def example_command(task: Task) -> str:
+    """A command line for the task: its module's ``EXAMPLE`` parameters where it gives them (the
+    manual's example), else every required parameter (placeholders in capitals)."""
+    import shlex
+
+    import yaml
+
+    given = (module_example(task) or {}).get("params")
+    words = ["zarrmill", "task", task.name]
+    if given:
+        for name, value in given.items():
+            text = value if isinstance(value, str) and yaml.safe_load(value) == value else \
+                json.dumps(value, separators=(",", ":"))
+            words += ["--set", shlex.quote(f"{name}={text}")]
+        return " ".join(words)
+    schema = task.params_model.model_json_schema()
+    for name in schema.get("required", []):
+        words += ["--set", shlex.quote(f"{name}={_example_value(name, schema['properties'][name])}")]
+    return " ".join(words)
+
+
+def _example_value(name: str, prop: dict[str, Any]) -> str:
+    if "default" in prop:
+        return json.dumps(prop["default"], separators=(",", ":"))
+    if prop.get("type") == "array" and prop.get("items", {}).get("type") in ("integer", "number"):
+        low = prop["items"].get("minimum", 1)
+        value = min(max(64, low), prop["items"].get("maximum", 64))
+        return "[" + ",".join([str(value)] * max(prop.get("minItems", 1), 1)) + "]"
+    if "enum" in prop:
+        return str(prop["enum"][0])
+    if prop.get("type") in ("integer", "number"):
+        return str(prop.get("minimum", 1))
+    return name.upper()
+
+
+def one_line(text: str) -> str:
+    """Whitespace (line breaks of a long description) as single spaces."""
+    return " ".join(text.split())
 
 
 def plain(text: str) -> str:

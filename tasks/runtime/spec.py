@@ -1,16 +1,26 @@
 """The typed shape of a workflow file: executor block, per-step resources, steps."""
 from __future__ import annotations
 
-import difflib
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..errors import did_you_mean
 from .kinds import EXECUTOR_KINDS
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class SettingError(ValueError):
+    """A bad value inside a validated field (a key of ``executor.slurm``, a step's resources): ``loc``
+    continues the field's location, so the line names that key (workflow.validation_problems)."""
+
+    def __init__(self, loc: tuple, message: str):
+        super().__init__(message)
+        self.loc = tuple(loc)
 
 
 def a_size(value: str | None, allow_auto: bool = False) -> str | None:
@@ -20,6 +30,8 @@ def a_size(value: str | None, allow_auto: bool = False) -> str | None:
     if value is None or (allow_auto and value == "auto"):
         return value
     try:
+        if isinstance(value, bool):
+            raise TypeError(value)
         size = parse_bytes(value)
     except (ValueError, TypeError):
         raise ValueError(f"{value!r} is not a size; write e.g. 4GB or 512MiB{' or auto' if allow_auto else ''}") from None
@@ -28,12 +40,73 @@ def a_size(value: str | None, allow_auto: bool = False) -> str | None:
     return value
 
 
+def a_duration(value: Any) -> Any:
+    """A time dask parses (``death_timeout``: 60, '60s', '5 minutes'), else one clear line."""
+    from dask.utils import parse_timedelta
+
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        seconds = parse_timedelta(value)
+    except (ValueError, TypeError, KeyError):
+        raise ValueError(f"{value!r} is not a time; write seconds or e.g. '60s' or '5 minutes'") from None
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"{value!r}: give a time of more than 0 seconds, e.g. '60s'")
+    return value
+
+
+def a_count(value: Any, low: int = 1) -> Any:
+    """A whole number of cores, processes, workers, else one clear line."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1_000_000:
+        raise ValueError(f"{value!r} is not a whole number from {low} to 1000000; write e.g. 4")
+    return value
+
+
+def a_byte_count(value: Any) -> Any:
+    """LSF's ``mem``: bytes as a number (dask-jobqueue turns it into LSF's unit), else one clear line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{value!r} is not a number of bytes; write e.g. 16000000000 (or set memory: 16GB)")
+    return value
+
+
+# the values dask-jobqueue parses, or puts into the job script where a scheduler would refuse them:
+# checked when the workflow is validated, on every scheduler (a cluster class that lacks a key
+# refuses it as an unknown setting before this)
+BATCH_VALUE_CHECKS = {
+    "memory": a_size, "job_mem": a_size, "disk": a_size, "mem": a_byte_count, "death_timeout": a_duration,
+    "cores": a_count, "processes": a_count, "job_cpu": a_count, "ncpus": a_count,
+    "n_workers": lambda v: a_count(v, 0),
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def batch_setting_problem(kind: str, key: str, value: Any) -> str | None:
+    """Why ``value`` of ``executor.<kind>.<key>`` would fail on the cluster (or in dask-jobqueue),
+    naming the value and a good one; None if it is fine or not checked here. A value with a newline
+    is left to job_script_value, which refuses it with its own words."""
+    from .schedulers import scheduler
+
+    if value is None or isinstance(value, str) and _CONTROL.search(value):
+        return None
+    if key == "walltime":
+        return scheduler(kind).walltime_problem(value)
+    check = BATCH_VALUE_CHECKS.get(key)
+    if check is None:
+        return None
+    try:
+        check(value)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 class Resources(Strict):
-    """What one worker of this step needs. On SLURM each distinct set is its own pool of jobs."""
+    """What one worker of this step needs. On a batch scheduler each distinct set is its own pool of jobs."""
 
     cores: int | None = Field(None, ge=1, description="cores per worker job")
     memory: str | None = Field(None, description="memory per worker job, e.g. '8GB'")
-    walltime: str | None = Field(None, description="SLURM walltime, e.g. '02:00:00'")
+    walltime: str | None = Field(None, description="batch schedulers: run-time limit of a worker job, e.g. "
+                                 "'02:00:00' (quoted: YAML reads 02:00:00 unquoted as a number)")
     processes: int | None = Field(None, ge=1, description="dask worker processes per job")
 
     def key(self) -> tuple:
@@ -43,6 +116,19 @@ class Resources(Strict):
     @classmethod
     def _a_size(cls, value: str | None) -> str | None:
         return a_size(value)
+
+    @field_validator("walltime", mode="before")
+    @classmethod
+    def _a_walltime(cls, value: Any) -> Any:
+        """Any scheduler's form here; the executor's own is checked with the workflow (WorkflowSpec)."""
+        from .schedulers.base import walltime_number_problem
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(walltime_number_problem(value))
+        if isinstance(value, str) and not _CONTROL.search(value) and not re.fullmatch(
+                r"(\d+-)?\d+(:\d{1,2}){0,2}(\.\d+)?|UNLIMITED|INFINITE", value.strip()):
+            raise ValueError(f"{value!r} is not a walltime; write HH:MM:SS, e.g. '02:00:00'")
+        return value
 
 
 class Adapt(Strict):
@@ -66,8 +152,8 @@ class ExecutorSpec(Strict):
     threads_per_worker: int = Field(1, ge=1, le=1_000_000)  # the machine check says 'at most N'
     memory_limit: str | None = Field(None, description="local: per worker (default: RAM / workers)")
     address: str | None = Field(None, description="address: scheduler address, e.g. tcp://host:8786")
-    jobs: int | None = Field(None, ge=1, le=10_000, description="slurm: fixed number of worker jobs per pool")
-    adapt: Adapt | None = Field(None, description="slurm: adaptive number of worker jobs")
+    jobs: int | None = Field(None, ge=1, le=10_000, description="batch schedulers: fixed number of worker jobs per pool")
+    adapt: Adapt | None = Field(None, description="batch schedulers: adaptive number of worker jobs")
     slurm: dict[str, Any] = Field(default_factory=dict, description=(
         "slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
         "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
@@ -90,7 +176,7 @@ class ExecutorSpec(Strict):
                                 "this many seconds is released (its jobs end) when the next step starts; 0: pools "
                                 "last until the run ends")
     retries: int = Field(1, ge=0, le=100, description="times a failed unit is retried")
-    run_dir: str | None = Field(None, description="worker cwd, SLURM logs, TLS files (default: <runs root>/<name>-<time>; manual: HPC admin)")
+    run_dir: str | None = Field(None, description="worker cwd, batch job logs, TLS files (default: <runs root>/<name>-<time>; manual: HPC admin)")
 
     @field_validator("memory_limit")
     @classmethod
@@ -123,10 +209,35 @@ class ExecutorSpec(Strict):
         known = batch.parameters
         for key in value:
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(known))}"
-                raise ValueError(f"{key!r} is not a {batch.cluster_class} setting{hint}")
+                hint = did_you_mean(key, known)
+                hint = f"; {hint}" if hint else f"; known: {', '.join(sorted(known))}"
+                raise SettingError((key,), f"{key!r} is not a {batch.cluster_class} setting{hint}")
+        for key, setting in value.items():  # sizes and times: said now, not as a crash in dask-jobqueue later
+            problem = batch_setting_problem(batch.kind, key, setting)
+            if problem:
+                raise SettingError((key,), problem)
         return value
+
+    @model_validator(mode="after")
+    def _jobqueue_config(self) -> "ExecutorSpec":
+        """dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__<KIND>__* variables) fills what the
+        workflow leaves unset: a bad size or time there is said now too, naming where it comes from."""
+        from .schedulers import BATCH_KINDS
+
+        if self.kind not in BATCH_KINDS:
+            return self
+        import dask.config
+
+        own = self.batch_settings()
+        for key in ("walltime", *BATCH_VALUE_CHECKS):
+            name = key.replace("_", "-")
+            value = dask.config.get(f"jobqueue.{self.kind}.{name}", None)
+            problem = None if key in own else batch_setting_problem(self.kind, key, value)
+            if problem:
+                variable = f"DASK_JOBQUEUE__{self.kind.upper()}__{name.upper().replace('-', '_')}"
+                raise ValueError(f"jobqueue.{self.kind}.{name} of dask's config (jobqueue.yaml or {variable}): "
+                                 f"{problem}; or set executor.{self.kind}.{key}")
+        return self
 
     def batch_settings(self) -> dict[str, Any]:
         """The settings block of this executor's scheduler (executor.slurm, executor.sge, ...)."""
@@ -176,3 +287,16 @@ class WorkflowSpec(Strict):
     for_each: ForEach | None = Field(None, description="run the steps once per dataset found")
     storage: StorageSpec | None = Field(None, description="object-store endpoint, region, profile, anonymous")
     steps: dict[str, StepSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _walltimes_the_scheduler_takes(self) -> "WorkflowSpec":
+        """A step's resources.walltime in the form the executor's scheduler takes (LSF: no days)."""
+        from .schedulers import BATCH_KINDS
+
+        if self.executor.kind in BATCH_KINDS:
+            for name, step in self.steps.items():
+                walltime = step.resources.walltime if step.resources else None
+                problem = batch_setting_problem(self.executor.kind, "walltime", walltime)
+                if problem:
+                    raise SettingError(("steps", name, "resources", "walltime"), problem)
+        return self

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError, InputError, InputNotFoundError
+from ..errors import ConfigError, InputError, InputNotFoundError, did_you_mean
 from .contract import TaskParams
 from .datasets import Dataset
 from ..io.storage.ozx_path import OzxPath
@@ -73,6 +73,7 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
     data_in = copy.deepcopy(doc.data)
     for item in sets:
         apply_set(data_in, item)
+    _refuse_sets_of_missing_steps(doc, data_in, sets)
     where = lambda loc: doc.where(loc)  # noqa: E731
     scope = resolve_vars(_as_dict(data_in.get("vars")), where)
     body = {k: v for k, v in data_in.items() if k not in ("vars", "for_each", "steps")}
@@ -105,6 +106,21 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
     if check_inputs:
         _check_inputs(ordered, doc)
     return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset)
+
+
+def _refuse_sets_of_missing_steps(doc: Located, data: dict[str, Any], sets: list[str]) -> None:
+    """``--set steps.S.params.X=..`` for a step S the file does not have (a typo) would add a step
+    without a task: said as the step name it missed, with the closest one."""
+    have = doc.data.get("steps") if isinstance(doc.data.get("steps"), dict) else {}
+    steps = data.get("steps") if isinstance(data.get("steps"), dict) else {}
+    for item in sets:
+        parts = item.partition("=")[0].split(".")
+        if len(parts) > 2 and parts[0] == "steps" and parts[1] not in have:
+            added = steps.get(parts[1])
+            if isinstance(added, dict) and "task" not in added:
+                hint = did_you_mean(parts[1], have)
+                raise ConfigError(f"--set {item.partition('=')[0]}: {doc.source} has no step {parts[1]!r}; "
+                                  f"{hint + ' ' if hint else ''}steps: {', '.join(map(str, have)) or 'none'}")
 
 
 def _refuse_secrets(data: dict[str, Any], doc: Located) -> None:
@@ -148,19 +164,74 @@ def validate_model(model: type[BaseModel], data: Any, doc: Located, prefix: tupl
         raise ConfigError.of(validation_problems(err, model, doc, prefix)) from None
 
 
+# errors of one number or flag: the line adds the value given and a good one
+SCALAR_ERRORS = frozenset({"int_parsing", "int_type", "int_from_float", "float_parsing", "float_type", "finite_number",
+                           "greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of",
+                           "bool_parsing", "bool_type"})
+
+
 def validation_problems(err: ValidationError, model: type[BaseModel], doc: Located, prefix: tuple) -> list[str]:
-    """Every problem as one line (file:line:col: field: what is wrong, what is allowed)."""
+    """Every problem as one line (file:line:col: field: what is wrong, what is allowed). An unknown
+    field names the closest allowed one and comes before any missing field: a misspelt parameter is
+    why the one it meant is "missing"."""
     lines = []
-    for error in err.errors():
+    for error in sorted(err.errors(), key=lambda e: {"extra_forbidden": 1, "missing": 2}.get(e["type"], 0)):
         loc = prefix + tuple(error["loc"])
-        field = ".".join(str(p) for p in loc) or "(top level)"
         msg = error["msg"]
+        cause = error.get("ctx", {}).get("error")
         if error["type"] == "extra_forbidden":
-            msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, error['loc']))}"
+            allowed = _allowed_fields(model, error["loc"])
+            hint = did_you_mean(error["loc"][-1], allowed) if error["loc"] else ""
+            msg = f"unknown field; {hint + ' ' if hint else ''}allowed: {', '.join(allowed)}"
         elif error["type"] == "missing":
             msg = "required field is missing"
+        elif error["type"] in ("literal_error", "enum"):
+            hint = did_you_mean(error.get("input"), re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", ""))))
+            msg += f"; {hint}" if hint else ""
+        elif error["type"] == "value_error" and isinstance(cause, Exception):
+            msg = str(cause)  # the validator's own words, without pydantic's "Value error, "
+            loc += getattr(cause, "loc", ())  # SettingError: the key inside the field
+        elif error["type"] in SCALAR_ERRORS:
+            msg += _given_and_example(model, error["loc"], error.get("input"))
+        field = ".".join(str(p) for p in loc) or "(top level)"
         lines.append(f"{doc.where(loc)}: {field}: {msg}")
     return lines
+
+
+def _given_and_example(model: type[BaseModel], loc: tuple, given: Any) -> str:
+    """`` (got 'lots'; e.g. 64)``: the value given and the field's default (or bound) as a good one."""
+    text = repr(given) if len(repr(given)) <= 40 else repr(given)[:37] + "..."
+    field = _field_at(model, loc)
+    example = None
+    if field is not None:
+        default = field.get_default(call_default_factory=True) if not field.is_required() else None
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            example = default
+        else:
+            for bound in field.metadata:
+                low = getattr(bound, "ge", None)
+                low = low if low is not None else getattr(bound, "gt", None)
+                if isinstance(low, (int, float)):
+                    example = low if getattr(bound, "ge", None) is not None else low + 1
+    if example is None:
+        return f" (got {text})"
+    shown = int(example) if isinstance(example, float) and example.is_integer() else example
+    unit = "a number of megabytes, " if str(loc[-1]).endswith("_mb") else ""
+    return f" (got {text}; {unit}e.g. {shown})"
+
+
+def _field_at(model: type[BaseModel], loc: tuple) -> Any:
+    """The pydantic field a location names (None for a list entry or a dict value)."""
+    current: Any = model
+    field = None
+    for part in loc:
+        fields = getattr(current, "model_fields", {})
+        if part not in fields:
+            field = None  # a dict key (a step name) or a list index: the same model goes on
+            continue
+        field = fields[part]
+        current = _model_in(field.annotation)
+    return field
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -195,8 +266,9 @@ def _dependency_order(steps: dict[str, Step], doc: Located) -> list[str]:
                               "digits, '_' or '-' (at most 64, starting with a letter or digit)")
         for i, dep in enumerate(step.needs):
             if dep not in steps:
+                hint = did_you_mean(dep, steps)
                 raise ConfigError(f"{doc.where(('steps', step.name, 'needs', i))}: steps.{step.name}"
-                                  f".needs: no step named {dep!r}; steps: {', '.join(steps)}")
+                                  f".needs: no step named {dep!r}; {hint + ' ' if hint else ''}steps: {', '.join(steps)}")
     # Declaration order breaks ties, so runs are predictable.
     sorter = TopologicalSorter({name: s.needs for name, s in steps.items()})
     try:

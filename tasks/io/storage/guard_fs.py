@@ -92,6 +92,14 @@ def _write_marker(fd: int) -> None:
         pass
 
 
+def is_regular(path: os.PathLike[str] | str) -> bool:
+    """A regular file is at ``path`` this instant (a link to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def lstat_dir(path: os.PathLike[str] | str) -> bool:
     """A real folder is at ``path`` this instant (a link to one is not)."""
     try:

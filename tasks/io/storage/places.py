@@ -23,11 +23,15 @@ from .paths import (CLAIM_FILE, LOCK_FILES, MARKER_SUFFIX, bookkeeping_dir, forb
 
 
 def _listing(path: Path) -> list[str]:
-    """What a folder holds, a store's claim file left out (zarrmill's own)."""
+    """What a folder holds, a store's claim file left out (zarrmill's own: a regular file, never a
+    link someone put in its place)."""
     try:
-        return [n for n in os.listdir(path) if n != CLAIM_FILE]
+        names = os.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    if CLAIM_FILE in names and guard_fs.is_regular(path / CLAIM_FILE):
+        names.remove(CLAIM_FILE)
+    return names
 
 
 class DiskPlace:
@@ -123,7 +127,7 @@ class DiskPlace:
         elif kind == "node":
             guard_fs.remove(self.root, path, tree=True)
         elif kind == "store" and guard_fs.lstat_dir(path):
-            for name in _listing(path) + [CLAIM_FILE]:
+            for name in set(_listing(path)) | {CLAIM_FILE}:
                 guard_fs.remove(path, path / name, tree=True)
         elif kind == "own" and guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder") \
                 and guard_fs.lstat_dir(path):

@@ -83,7 +83,9 @@ def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
 
 class PatchArray:
     """Array-like for training workers: ``a[z0:z1, y0:y1, x0:x1]`` -> numpy, one thread per
-    process (as nnU-Net's 12 data-loader processes need), memory-mapped ``.b2nd`` or a zarr array."""
+    process (as nnU-Net's 12 data-loader processes need), memory-mapped ``.b2nd`` or a zarr array.
+    Attributes ``shape``, ``dtype`` and ``ndim`` as numpy's; a box of integers and unit-step slices
+    is read straight into a new array, any other key as the underlying array reads it."""
 
     def __init__(self, path: str | Location):
         self.path = as_location(path)
@@ -113,6 +115,7 @@ class PatchArray:
         self.ndim = len(self.shape)
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        """The selection as a numpy array (one thread)."""
         box = box_of(key, self.shape) if self._slice_into is not None else None
         if box is None:
             return np.asarray(self._a[key])
@@ -122,18 +125,22 @@ class PatchArray:
         return out.reshape(tuple(n for n, keep in zip(out.shape, kept) if keep))
 
     def __len__(self) -> int:
+        """The length of the first axis."""
         return self.shape[0]
 
     @property
     def chunks(self) -> tuple[int, ...]:
+        """The chunk shape."""
         return tuple(self._a.chunks)
 
     @property
     def blocks(self) -> tuple[int, ...] | None:
+        """The Blosc2 block shape of a ``.b2nd`` file (None for zarr)."""
         return tuple(self._a.blocks) if hasattr(self._a, "blocks") else None
 
     @property
     def meta(self) -> dict[str, Any]:
+        """What ``compress`` recorded with the case (layout, codec, the patch it was laid out for)."""
         if hasattr(self._a, "schunk") and "zarrmill" in self._a.schunk.vlmeta:
             return dict(self._a.schunk.vlmeta["zarrmill"])
         return dict(getattr(self._a, "attrs", {}).get("zarrmill", {}))
@@ -161,5 +168,8 @@ def box_of(key: Any, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int
 
 
 def open_patches(path: str | Path) -> PatchArray:
-    """Open a compressed store for random patch reads inside a training worker process."""
+    """Open one case ``compress`` wrote (a ``.b2nd`` file, read memory-mapped from local disk, or
+    the array ``<output>/<case>/0`` of a zarr set, local or ``s3://``) for random patch reads in a
+    training worker process: ``a = open_patches("b2nd/case_000.b2nd")``, then ``a[0, 10:42, 0:64,
+    0:64]`` for channel 0 of a (C, Z, Y, X) case. Open it in each worker process."""
     return PatchArray(path)

@@ -1,4 +1,4 @@
-"""``PatchDataset``: read a patch store (tasks/patches.py) as a map-style dataset. Each item is
+"""``PatchDataset``: read a patch store (what ``patch-extract`` writes) as a map-style dataset. Each item is
 one patch as numpy (C, Z, Y, X) costing about one chunk decode. Safe in torch DataLoader worker
 processes without torch being a dependency: the zarr handle is opened lazily in each process.
 Items are float32 by default (``dtype``), contiguous and writable: torch has no uint16 tensors for
@@ -17,6 +17,19 @@ from ..storage.location import as_location, zarr_url
 
 
 class PatchDataset:
+    """A patch store as a map-style dataset (``len(ds)``, ``ds[i]``), for a PyTorch ``DataLoader`` or
+    any loop: ``ds[i]`` is patch i as numpy (C, Z, Y, X) or (C, Y, X), float32 unless ``dtype`` says
+    otherwise (``dtype=None``: the stored type), contiguous and writable, read with about one chunk
+    decode. Safe in DataLoader worker processes without torch being a dependency: the zarr handle is
+    opened lazily in each process.
+
+    ``store``: a complete patch store (a local path or ``s3://``); a store whose run has not
+    finished is refused (``ValueError``). ``include_dropped``: also list the points that were
+    dropped (NaN, outside the image, crossing the edge), whose patches are zeros. Attributes:
+    ``labels`` (each listed patch's label from the points table, -1 where none), ``index`` (the row of
+    the points table each item is), ``meta`` (the store's ``zarrmill.patch_store`` attributes: where
+    every patch came from)."""
+
     def __init__(self, store: str | Path, include_dropped: bool = False, dtype: Any = "float32"):
         self.store = as_location(store)
         self.dtype = np.dtype(dtype) if dtype is not None else None
@@ -30,9 +43,11 @@ class PatchDataset:
         self._patches = None
 
     def __len__(self) -> int:
+        """The number of patches listed (kept ones, or every row with ``include_dropped``)."""
         return len(self.index)
 
     def __getitem__(self, i: int) -> np.ndarray:
+        """Patch ``i`` as a new numpy array of ``dtype`` (float32 by default)."""
         if self._patches is None:  # opened lazily: once per DataLoader worker process
             self._patches = zarr.open_array(zarr_url(self.store / "patches"), mode="r")
         k = int(self.index[i])

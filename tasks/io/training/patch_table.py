@@ -1,4 +1,4 @@
-"""The points table of a patch store (tasks/patches.py), one row per requested patch: the zarr
+"""The points table of a patch store (what ``patch-extract`` writes), one row per requested patch: the zarr
 columns under ``table/`` (point_id, center, origin, size, label, status) read back as rows. The
 table lives in zarr arrays, not in a CSV beside them, so zarr-python walks a patch store without
 tripping over a file that is not a zarr node; ``pandas.DataFrame(points_table(store))`` gives it
@@ -19,7 +19,10 @@ PATCH_STATUS = ("kept", "dropped: NaN coordinate", "dropped: center outside the 
 
 
 def points_table(store: str | Path) -> list[dict[str, Any]]:
-    """Rows of index, point_id, source, center_z/y/x, origin_*, size_*, label and status (text)."""
+    """The points table of a patch store, one dict per requested patch: index (the patch's row in
+    the store), point_id (the point's position in the points file), source (the image),
+    center_z/y/x, origin_*, size_* (voxels of the image), label and status (``kept`` or
+    ``dropped: `` and the reason). ``pandas.DataFrame(points_table(store))`` makes it a table."""
     root = as_location(store)
     cols = {k: zarr.open_array(zarr_url(root / "table" / k), mode="r")[...] for k in TABLE_COLUMNS}
     meta = zarr.open_group(zarr_url(root), mode="r").attrs.get("zarrmill", {}).get("patch_store", {})

@@ -35,6 +35,21 @@ class Scheduler:
     defaults: dict[str, Any] = {"cores": 1, "memory": "4GB", "walltime": "01:00:00", "processes": 1}
     # states of a job that will never start a worker
     ended_states: frozenset[str] = frozenset()
+    # the run-time limits the scheduler takes (dask-jobqueue writes walltime into the job script as
+    # given); None where walltime is not a setting (HTCondor)
+    walltime_pattern: str | None = r"\d+(:\d{1,2}){0,2}"
+    walltime_forms = "HH:MM:SS or seconds"
+
+    def walltime_problem(self, value: object) -> str | None:
+        """Why ``value`` is not a run-time limit this scheduler takes, with a good one; None if it is.
+        A number is refused: YAML reads an unquoted 24:00:00 as the number 86400."""
+        if self.walltime_pattern is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return walltime_number_problem(value)
+        if isinstance(value, str) and re.fullmatch(self.walltime_pattern, value.strip()):
+            return None
+        return f"{value!r} is not a walltime {self.label} takes; write {self.walltime_forms}, e.g. '02:00:00'"
 
     def cluster(self) -> type:
         import dask_jobqueue
@@ -106,6 +121,14 @@ def run_command(args: list[str], timeout: float = 60, input: str | None = None, 
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def walltime_number_problem(value: float) -> str:
+    """A walltime YAML read as a number (an unquoted 24:00:00 is 86400): say so and how to quote it."""
+    seconds = int(value) if value >= 0 else 0
+    hms = f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    return (f"{value!r} is a number, not a walltime (YAML reads an unquoted {hms} as {seconds}); write it "
+            f"quoted, e.g. walltime: '{hms}'")
 
 
 def job_script_value(name: str, value: object) -> None:

@@ -16,6 +16,7 @@ class HTCondor(Scheduler):
     cluster_class, job_module, job_class = "HTCondorCluster", "dask_jobqueue.htcondor", "HTCondorJob"
     submit_command, cancel_command = "condor_submit", "condor_rm"
     defaults = {"cores": 1, "memory": "4GB", "disk": "1GB", "processes": 1}
+    walltime_pattern = None  # not a setting of HTCondorCluster; a step's resources.walltime is dropped
 
     def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in super().settings(resources).items() if k != "walltime"}

@@ -29,6 +29,7 @@ class LSF(Scheduler):
     kind, label = "lsf", "LSF"
     cluster_class, job_module, job_class = "LSFCluster", "dask_jobqueue.lsf", "LSFJob"
     submit_command, cancel_command = "bsub", "bkill"
+    walltime_forms = "HH:MM, HH:MM:SS or minutes"  # made HH:MM (lsf_walltime)
 
     def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
         out = super().settings(resources)

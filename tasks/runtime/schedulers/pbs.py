@@ -12,6 +12,7 @@ class PBS(Scheduler):
     kind, label = "pbs", "PBS"
     cluster_class, job_module, job_class = "PBSCluster", "dask_jobqueue.pbs", "PBSJob"
     submit_command, cancel_command = "qsub", "qdel"
+    walltime_pattern = r"\d+(:\d{1,2}){0,2}(\.\d+)?"  # [[hours:]minutes:]seconds[.milliseconds]
     directive, job_id_token = "#PBS", ""  # PBS does not put the job id into -o paths
 
     def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:

@@ -114,6 +114,9 @@ class SLURM(Scheduler):
     cluster_class, job_module, job_class = "SLURMCluster", "dask_jobqueue.slurm", "SLURMJob"
     submit_command, cancel_command = "sbatch", "scancel"
     ended_states = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "COMPLETED"})
+    # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit
+    walltime_pattern = r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE"
+    walltime_forms = "HH:MM:SS, D-HH:MM:SS or minutes"
 
     def check_script(self, script: str) -> None:
         """``sbatch --test-only``: SLURM judges partition, memory, time and account at once and says
