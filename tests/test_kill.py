@@ -23,6 +23,7 @@ from zarrmill.runtime.provenance import read_provenance
 
 STEPS = (("ingest", "plate.zarr"), ("pyramid", "plate.zarr"), ("reshard", "wells.zarr"))
 FRACTIONS = ("planning", 1, 0.5, 1.0, "done")  # where in each step: a state, or units done (count or share)
+LOCAL_FRACTIONS = (1, 0.5)
 
 
 def _workflow(path: Path, raw: Path, out: Path, executor: str) -> Path:
@@ -96,7 +97,11 @@ def test_sigkill_at_any_moment_then_plain_rerun_is_identical(cli, tmp_path, exec
     units = {step: _progress(out, step, store)[1] for step, store in STEPS}
     assert all(n >= 2 for n in units.values()), units  # half-way is a moment of its own
 
-    moments = [(step, store, where, units[step]) for step, store in STEPS for where in FRACTIONS]
+    # every moment under threads; under local (worker processes) the moments where its own code
+    # runs (units being written and marked done): planning and finishing are the driver's, the same
+    # code under both, and the full matrix there took 5 of CI's minutes per Python
+    fractions = FRACTIONS if executor == "threads" else LOCAL_FRACTIONS
+    moments = [(step, store, where, units[step]) for step, store in STEPS for where in fractions]
     killed = 0
     for moment in moments:
         shutil.rmtree(out)  # the stores and their bookkeeping beside them
@@ -106,4 +111,5 @@ def test_sigkill_at_any_moment_then_plain_rerun_is_identical(cli, tmp_path, exec
         assert code == 0, f"killed at {moment[:3]}: rerun failed: {err}"
         assert _state(out) == reference, f"killed at {moment[:3]}: differs from an uninterrupted run"
     # the last moment of a step can come after its last write; most kills land mid-way
-    assert killed >= len(moments) - len(STEPS), f"only {killed} of {len(moments)} kills landed before the run ended"
+    late = len(STEPS) if "done" in fractions else 0  # the last moment of a step may come after its last write
+    assert killed >= len(moments) - late, f"only {killed} of {len(moments)} kills landed before the run ended"

@@ -24,6 +24,9 @@ from .paths import checked_key, is_bookkeeping_name, never_delete
 
 # what link(2) answers on file systems without hard links (FAT/exFAT, s3fs-fuse, rclone, some FUSE)
 NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS, errno.EXDEV, errno.EACCES}
+# devices where link(2) was refused, so that every backend there skips the temp file and link
+# (fusefat loses folders under many concurrent temp files being made and removed)
+_LINKLESS: set[int] = set()
 _NEW = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -96,6 +99,8 @@ class DiskBackend:
     def _create(self, key: str, data: bytes, durable: bool) -> bool:
         with self._folder(key, create=True) as found:
             fd, name = found
+            if self._links and os.fstat(fd).st_dev in _LINKLESS:
+                self._links = False  # another backend found this file system has no hard links
             if self._links:
                 tmp = f"{name}.{uuid.uuid4().hex}.partial"
                 _write_synced(os.open(tmp, _NEW, 0o644, dir_fd=fd), data, self.path(key), durable, undo=(fd, tmp))
@@ -108,6 +113,7 @@ class DiskBackend:
                     if err.errno not in NO_HARD_LINKS:
                         raise
                     self._links = False  # this file system has no hard links: create-exclusive below
+                    _LINKLESS.add(os.fstat(fd).st_dev)
                 finally:
                     _unlink_quiet(fd, tmp)
             try:
