@@ -338,3 +338,30 @@ def test_a_failed_plan_in_a_bucket_keeps_a_colleagues_object(cli, bucket, s3env,
     left = s3env.objects(bucket)
     assert left["new/other/results.csv"] == b"a,b\n"
     assert left["new/plate.zarr/colleague.csv"] == b"well,count\n"
+
+
+def test_a_link_at_the_error_log_is_never_appended_through(cli, tmp_path, patch_task):
+    """A failed unit's traceback goes to the ledger's errors.log; a link planted there (to a
+    colleague's file) while the step plans is never written through: one line names it."""
+    shared = tmp_path / "shared"
+    out = shared / "plate.zarr"
+    victim = _victim(tmp_path)
+    folder = bookkeeping(out) / "steps" / "generate"
+    real_plan = generate.plan
+
+    def plan_then_plant(p, ctx):
+        units = real_plan(p, ctx)
+        os.symlink(victim / "credentials", folder / "errors.log")
+        return units
+
+    def fail(p, unit):
+        raise ValueError("a unit failed on purpose")
+
+    patch_task("plan", plan_then_plant)
+    patch_task("run_unit", fail)
+    before = snapshot(victim)
+    code, _, err = _generate(cli, out)
+    assert code == 2, err
+    _one_line(err, "errors.log", "symbolic link")
+    assert changes(before, snapshot(victim)) == []
+    assert os.path.islink(folder / "errors.log")

@@ -1,4 +1,5 @@
 """Pure parsers of SLURM command output, on captured text; job scripts as dask-jobqueue renders them."""
+import os
 import shlex
 
 import pytest
@@ -51,7 +52,8 @@ def test_slurm_kwargs_layering(tmp_path):
     assert kw["memory"] == "2GB" and kw["cores"] == 2 and kw["walltime"] == "00:10:00"
     assert kw["queue"] == "debug" and kw["job_name"] == "zm-my-wf"
     assert kw["job_script_prologue"][0] == "export PYTHONSAFEPATH=1"
-    assert kw["job_script_prologue"][-2:] == [f"cd {shlex.quote(str(tmp_path))}", "module load x"]
+    # workers start where zarrmill was started: relative paths name the same files there
+    assert kw["job_script_prologue"][-2:] == [f"cd {shlex.quote(os.getcwd())}", "module load x"]
     assert kw["log_directory"] == str(tmp_path / "logs")
 
 
@@ -93,7 +95,7 @@ def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path)
                               "w", run, None)
     with SLURMCluster(**kw) as cluster:
         script = cluster.job_script()
-    assert f"cd {shlex.quote(str(run))}" in script and "--tls-key" in script
+    assert f"cd {shlex.quote(os.getcwd())}" in script and "--tls-key" in script
     assert "--resources MEMORY=600000000" in script  # each worker offers 60 % of its 1 GB (runtime/budget.py)
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr

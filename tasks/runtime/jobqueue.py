@@ -7,6 +7,7 @@ and the scheduler's own check before the run waits for a worker."""
 from __future__ import annotations
 
 import inspect
+import os
 import shlex
 import sys
 import tempfile
@@ -136,10 +137,13 @@ def cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Reso
     kwargs["log_directory"] = str(Path(kwargs.get("log_directory") or _jobqueue(batch, "log-directory")
                                        or run_dir / "logs"))
     kwargs["job_name"] = sanitize_job_name(kwargs.get("job_name") or f"zm-{name}")
-    # A user's own tasks.py (or any module) in the submit folder must never shadow the package.
+    # Workers start in the folder zarrmill was started from (a shared folder on a cluster), so a
+    # relative path in a workflow names the same file on a node as on the driver; a user's own
+    # tasks.py (or any module) there never shadows the package (PYTHONSAFEPATH: the current
+    # folder is not on sys.path).
     prologue = list(kwargs.get("job_script_prologue") or _jobqueue(batch, "job-script-prologue") or [])
     kwargs["job_script_prologue"] = ["export PYTHONSAFEPATH=1", UNSET_TRIM_ENV,
-                                     f"cd {shlex.quote(str(run_dir))}"] + prologue
+                                     f"cd {shlex.quote(os.getcwd())}"] + prologue
     if _jobqueue(batch, "python") is None:
         kwargs.setdefault("python", sys.executable)
     if _jobqueue(batch, "local-directory") is None:

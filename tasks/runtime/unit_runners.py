@@ -4,6 +4,7 @@ Each runner yields ``(unit, bytes written, error or None)`` as units finish; the
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -140,7 +141,10 @@ def log_failure(opts: Any, unit: Unit, exc: BaseException) -> None:
     opts.error_log.parent.mkdir(parents=True, exist_ok=True)
     cause = exc.__cause__ or exc
     text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
-    with open(opts.error_log, "a", encoding="utf-8") as fh:
+    from ..io.storage.guard_fs import open_own_file
+
+    # in the ledger's folder: never appended through a link a neighbour put there
+    with open(open_own_file(opts.error_log, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as fh:
         fh.write(f"--- unit {unit['id']} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         fh.write(redact(text))  # a signed URL in a reader's error stays out of the file
 

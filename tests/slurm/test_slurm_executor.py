@@ -45,7 +45,9 @@ def test_slurm_run_matches_sync_bytes_and_ignores_local_tasks_py(cli, slurm, tmp
     submit_dir.mkdir()
     (submit_dir / "zarrmill.py").write_text("raise SystemExit('the user tasks.py was imported')\n")
     monkeypatch.chdir(submit_dir)
-    wf = write_workflow(tmp_path / "slurm.yaml", steps(tmp_path / "slurm"), name="slurm equal/bytes",
+    # paths relative to the folder zarrmill is started from, as getting-started/hpc.md writes them:
+    # the workers resolve them there too
+    wf = write_workflow(tmp_path / "slurm.yaml", steps(Path("..") / "slurm"), name="slurm equal/bytes",
                         executor=slurm_executor(slurm, tmp_path))
     watcher = QueueWatcher()
     watcher.start()

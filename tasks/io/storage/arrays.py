@@ -230,7 +230,8 @@ def _tensorstore_of(arr: zarr.Array) -> Any:
         stamp = meta.stat().st_mtime_ns  # an array replaced at the same path is opened anew
     except FileNotFoundError:
         return None
-    return _open_tensorstore(str(path), arr.metadata.zarr_format, stamp)
+    # absolute: tensorstore refuses a relative path that climbs ('../out.zarr')
+    return _open_tensorstore(os.path.abspath(path), arr.metadata.zarr_format, stamp)
 
 
 # Each open handle keeps ~1 MB (shard indexes, write state) even without a chunk cache: 64 handles
