@@ -365,3 +365,44 @@ def test_a_link_at_the_error_log_is_never_appended_through(cli, tmp_path, patch_
     _one_line(err, "errors.log", "symbolic link")
     assert changes(before, snapshot(victim)) == []
     assert os.path.islink(folder / "errors.log")
+
+
+def test_a_store_swapped_for_a_link_before_overwrite_empties_it_reaches_nothing(cli, tmp_path, monkeypatch):
+    """The neighbour renames the store away and links its path to the user's thesis in the instant
+    between the run's checks and --overwrite emptying it: nothing of the thesis goes."""
+    from zarrmill.io.storage.guard import OutputGuard
+
+    shared = tmp_path / "shared"
+    out = shared / "out.zarr"
+    victim = _victim(tmp_path)
+    assert _generate(cli, out)[0] == 0
+    real_clear = OutputGuard.clear
+
+    def swap_then_clear(self):
+        os.rename(out, shared / "moved")
+        os.symlink(victim / "thesis", out)
+        return real_clear(self)
+
+    monkeypatch.setattr(OutputGuard, "clear", swap_then_clear)
+    before = snapshot(victim)
+    code, _, err = _generate(cli, out, "n_blobs=7", "--overwrite") if False else cli(
+        "task", "generate", "--executor", "sync", "--overwrite", "--set", f"output={out}",
+        *[x for s in (*GENERATE[:-2], "n_blobs=7", GENERATE[-1]) for x in ("--set", s)])
+    assert code != 0, err
+    assert "Traceback" not in err
+    assert changes(before, snapshot(victim)) == []
+
+
+def test_a_link_someone_else_made_at_the_output_path_is_refused(cli, tmp_path):
+    """A colleague links the output path to another of the user's stores: never written through."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    precious = tmp_path / "precious.zarr"
+    assert _generate(cli, precious)[0] == 0
+    os.symlink(precious, shared / "out.zarr")
+    os.chown(shared / "out.zarr", 65534, 65534, follow_symlinks=False)
+    before = snapshot(tmp_path / "precious.zarr")
+    code, _, err = _generate(cli, shared / "out.zarr")
+    assert code == 2, err
+    _one_line(err, "symbolic link", "user id 65534")
+    assert changes(before, snapshot(precious)) == []

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..io.storage.atomic import atomic_write_json
+from ..io.storage.guard_fs import check_own_folder, make_own_folder
 from ..io.storage.secrets import redact_tree
 
 STATE_MARKER = ".zarrmill-state"  # one of the output guard's BOOKKEEPING_MARKERS
@@ -42,7 +43,12 @@ class Run:
 class History:
     def __init__(self, state_dir: Path):
         self.dir = Path(state_dir) / "history"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # the state folder is judged first: a real folder of the running user's, never a link a
+        # neighbour planted (it holds the locks and the record of what was converted)
+        if not check_own_folder(state_dir, "state folder", marked=False):
+            Path(state_dir).parent.mkdir(parents=True, exist_ok=True)
+            make_own_folder(state_dir, "state folder")
+        self.dir.mkdir(exist_ok=True)
         (Path(state_dir) / STATE_MARKER).touch()  # the state folder (locks, history) is zarrmill's
 
     # -- reading -----------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from typing import Any, Callable
 from ..errors import ConfigError, OutputLockedError, UnsafeOutputError
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.location import is_remote
-from ..io.storage.guard_fs import check_own_folder, make_own_folder, open_own_file, replace_file, walk, walk_regular
+from ..io.storage.guard_fs import (check_own_folder, make_own_folder, open_own_file, open_regular, replace_file, walk,
+                                   walk_regular)
 from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, never_delete, remove_bookkeeping, remove_empty_folder
 from ..io.storage.ozx_path import BUILD, SUFFIX
 from ..io.storage.zip_writer import ZipWriter
@@ -170,7 +171,8 @@ def _pack_locked(build: Path, target: Path, guard: OutputGuard, partial: Path, j
             raise
         writer.close(archive_comment(build))
         _write_own(done, b"packed\n")
-    if partial.exists():
+    if os.path.lexists(partial):
+        os.close(open_regular(partial))  # the archive this run packed: the running user's, one name, no link
         replace_archive(partial, target, build)  # complete and synced: only now does the target change
         _sync_folder(target.parent)
     _empty_build(build, guard)

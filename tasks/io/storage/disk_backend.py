@@ -16,9 +16,11 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from .guard_fs import (FOLDER_MARKER, check_own_folder, make_own_folder, open_below, open_folder, remove_entry,
+from ...errors import UnsafeOutputError
+from .guard_fs import (FOLDER_MARKER, check_own_folder, make_own_folder, open_below, open_folder, open_judged,
+                       remove_entry,
                        replace_entry)
 from .paths import checked_key, is_bookkeeping_name, never_delete
 
@@ -45,9 +47,13 @@ def own_base(root: Path) -> Path | None:
 
 
 class DiskBackend:
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str],
+                 judged: Callable[[], tuple[Path, tuple[int, int] | None]] | None = None):
+        """``judged``: for a store's own root, its real path and identity as the guard judged them
+        (the root is then entered only while it is still that folder)."""
         self.root = Path(os.path.abspath(root))
         self.base = own_base(self.root)
+        self._judged = judged
         self._links = True
 
     def path(self, key: str) -> Path:
@@ -71,7 +77,14 @@ class DiskBackend:
                 self.base.parent.mkdir(parents=True, exist_ok=True)
                 make_own_folder(self.base, "bookkeeping folder")
         try:
-            fd = open_folder(start, follow=self.base is None)
+            if self.base is None and self._judged is not None:
+                fd = open_judged(*self._judged())
+            else:
+                fd = open_folder(start, follow=self.base is None)
+                if self.base is not None and os.fstat(fd).st_uid != os.geteuid():  # swapped since it was judged
+                    os.close(fd)
+                    raise UnsafeOutputError(f"{self.base}: was replaced by another user's folder while zarrmill "
+                                            "used it; nothing there was touched. Move it away, then rerun")
         except FileNotFoundError:
             yield None
             return

@@ -112,7 +112,7 @@ def make_own_folder(path: os.PathLike[str] | str, what: str = "own folder") -> b
     """mkdir ``path`` with zarrmill's marker (parents must exist); True if this call made it. A
     folder already there must pass :func:`check_own_folder`."""
     try:
-        os.mkdir(path)
+        os.mkdir(path, 0o755)  # whatever the umask: only its owner writes in it
     except FileExistsError:
         check_own_folder(path, what)
         return False
@@ -130,7 +130,7 @@ def open_folder(path: os.PathLike[str] | str, follow: bool = False) -> int:
         return os.open(path, _DIR | (0 if follow else os.O_NOFOLLOW))
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
-            raise _refuse(path, "files", "became a symbolic link") from None
+            raise _refuse(path, "files", "is a symbolic link") from None
         raise
 
 
@@ -170,16 +170,19 @@ def _split(base: Path, path: os.PathLike[str] | str) -> list[str]:
     return parts
 
 
-def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: bool = True, links: bool = True) -> bool:
+def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: bool = True, links: bool = True,
+           identity: tuple[int, int] | None = None) -> bool:
     """Delete ``path`` (below the judged folder ``base``): a file or link by name, a folder whole
-    (``tree``, never through a link inside it) or only when empty. Every folder on the way is
-    entered without following links. False if nothing was there."""
+    (``tree``, never through a link inside it) or only when empty. ``base`` is entered without
+    following a link (pass its real path) and, with ``identity`` (device, inode, as judged), only if
+    it is still that folder; every folder below is entered without following links. False if
+    nothing was there."""
     base = Path(os.path.abspath(base))
     parts = _split(base, path)
     if not parts:
         raise UnsafeOutputError(f"{path}: is the folder the delete was judged from; never deleted whole here")
     try:
-        root = open_folder(base, follow=True)  # the base itself is a path the guard resolved and judged
+        root = open_judged(base, identity)
     except FileNotFoundError:
         return False
     try:
@@ -193,6 +196,50 @@ def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: boo
         return remove_entry(fd, parts[-1], tree, links, where=path)
     finally:
         os.close(fd)
+
+
+def empty_own(base: os.PathLike[str] | str, identity: tuple[int, int] | None) -> list[str]:
+    """Rollback of a store this run created: every file and link under ``base`` that the running
+    user owns goes, deepest first, and every folder left empty; what belongs to anyone else stays
+    (with the folders holding it). Returns what was left, relative to ``base``."""
+    fd = open_judged(base, identity)
+    left: list[str] = []
+    try:
+        for dirpath, dirs, files, dfd in os.fwalk(".", topdown=False, follow_symlinks=False, dir_fd=fd):
+            for name in files + [d for d in dirs if _is_link(dfd, d)]:
+                if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid == os.geteuid():
+                    os.unlink(name, dir_fd=dfd)
+                else:
+                    left.append(os.path.normpath(os.path.join(dirpath, name)))
+            for name in dirs:
+                try:
+                    os.rmdir(name, dir_fd=dfd)
+                except OSError:  # holds something that is not this run's (or a link, kept above)
+                    pass
+    finally:
+        os.close(fd)
+    return left
+
+
+def identity_of(path: os.PathLike[str] | str) -> tuple[int, int] | None:
+    """(device, inode) of the folder at ``path`` this instant (links not followed), or None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def open_judged(path: os.PathLike[str] | str, identity: tuple[int, int] | None = None) -> int:
+    """A descriptor of the folder ``path`` (its last part never followed), refused unless it is
+    still the folder judged earlier (``identity``): a folder swapped for a link or for another
+    folder between the check and the act is never acted on."""
+    fd = open_folder(path)
+    st = os.fstat(fd)
+    if identity is not None and (st.st_dev, st.st_ino) != identity:
+        os.close(fd)
+        raise _refuse(path, "files", "is no longer the folder zarrmill checked (it was replaced while the run worked)")
+    return fd
 
 
 def remove_entry(fd: int, name: str, tree: bool, links: bool = True, where: object = None) -> bool:
@@ -273,9 +320,13 @@ def open_regular(path: os.PathLike[str] | str) -> int:
             raise UnsafeOutputError(f"{path}: became a symbolic link; it is never published. Remove it yourself "
                                     "(it may be a colleague's), then rerun") from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
         os.close(fd)
-        raise UnsafeOutputError(f"{path}: is not a regular file zarrmill wrote; it is never published")
+        why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else f"belongs to user id {st.st_uid}"
+               if st.st_uid != os.geteuid() else "has other names (hard links) outside what zarrmill wrote")
+        raise UnsafeOutputError(f"{path}: {why}, so it is not a file zarrmill wrote; it is never published. Remove "
+                                "it yourself (it may be a colleague's), then rerun")
     return fd
 
 
@@ -287,9 +338,11 @@ def open_own_file(path: os.PathLike[str] | str, flags: int) -> int:
         if err.errno == errno.ELOOP:
             raise _refuse(path, "files", "is a symbolic link") from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
         os.close(fd)
-        raise _refuse(path, "files", "is not a regular file")
+        raise _refuse(path, "files", "is not a regular file" if not stat.S_ISREG(st.st_mode)
+                      else f"belongs to user id {st.st_uid}, not to you")
     return fd
 
 

@@ -10,10 +10,11 @@ it overlap an input, what is under a node, is a path inside the root) and does t
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...errors import InputNotFoundError, UnsafeOutputError
+from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from . import guard_fs
 from .backend import DiskBackend, ObjectBackend
 from .location import as_location, is_remote, key_of
@@ -43,10 +44,18 @@ class DiskPlace:
         self.root = Path(os.path.abspath(root))
         self.inputs = [Path(os.path.abspath(p)) for p in inputs if not is_remote(p)]  # a bucket cannot overlap
         self.bookkeeping = bookkeeping_dir(self.root)
-        self.meta, self.store = DiskBackend(self.bookkeeping), DiskBackend(self.root)
+        self.meta, self.store = DiskBackend(self.bookkeeping), DiskBackend(self.root, judged=self._judged)
+        self.real_root: Path | None = None  # the root's real path and (device, inode), as judged
+        self.identity: tuple[int, int] | None = None
 
     def check_root(self, in_place: bool) -> None:
+        link = self._foreign_link()
+        if link is not None:
+            raise UnsafeOutputError(f"{self.root}: is a symbolic link (to {os.readlink(self.root)}) that belongs to user "
+                                    f"id {link}, not to you; zarrmill never writes through it. Remove it yourself (it "
+                                    "may be a colleague's), or choose another output path")
         root = real(self.root)
+        self.real_root, self.identity = root, guard_fs.identity_of(root)
         for bad in forbidden_roots():
             if is_within(bad, root):
                 raise UnsafeOutputError(
@@ -56,6 +65,22 @@ class DiskPlace:
             raise InputNotFoundError(f"{self.root}: does not exist (or is not a folder); this step adds to an existing store")
         if root.exists() and not root.is_dir():
             raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
+
+    def _foreign_link(self) -> int | None:
+        """The owner's user id when the output path itself is a symbolic link someone else made."""
+        try:
+            st = os.lstat(self.root)
+        except OSError:
+            return None
+        return st.st_uid if stat.S_ISLNK(st.st_mode) and st.st_uid != os.geteuid() else None
+
+    def _judged(self) -> tuple[Path, tuple[int, int] | None]:
+        """The root as judged (its real path, and its identity once it exists)."""
+        if self.real_root is None:
+            self.real_root = real(self.root)
+        if self.identity is None:
+            self.identity = guard_fs.identity_of(self.real_root)
+        return self.real_root, self.identity
 
     def overlaps(self) -> list[tuple[Any, bool, bool, bool]]:
         """(input, is the root, root inside it, it inside the root) for each input."""
@@ -112,23 +137,28 @@ class DiskPlace:
         never_delete(Path(path))
 
     def delete(self, path: Any) -> None:
-        """A node of the output, by descriptor from the root down, never through a link."""
-        path = Path(os.path.abspath(path))
-        base = self.root.parent if path == self.root else self.root
-        guard_fs.remove(base, path, tree=True)
+        """A node of the output, by descriptor from the root as judged down, never through a link."""
+        rel = os.path.relpath(os.path.abspath(path), self.root)
+        root, identity = self._judged()
+        if rel == ".":
+            guard_fs.remove(root.parent, root, tree=True)
+        else:
+            guard_fs.remove(root, root / rel, tree=True, identity=identity)
 
     def discard(self, path: Any, kind: str) -> None:
         """Rollback of one thing this run made (guard.py: MADE_KINDS); folders are only emptied of
         what is this run's own here: their ``rmdir`` comes in :meth:`discard_folder`."""
         path = Path(path)
         never_delete(path)  # made by this run, so never one of these; checked all the same
-        if kind == "file" and not guard_fs.lstat_dir(path):
-            guard_fs.remove(path.parent, path, tree=False)
-        elif kind == "node":
-            guard_fs.remove(self.root, path, tree=True)
-        elif kind == "store" and guard_fs.lstat_dir(path):
-            for name in set(_listing(path)) | {CLAIM_FILE}:
-                guard_fs.remove(path, path / name, tree=True)
+        root, identity = self._judged()
+        if kind == "file" and path.parent == self.bookkeeping:
+            if guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder"):
+                guard_fs.remove(self.bookkeeping, path, tree=False, links=False)
+        elif kind in ("file", "node"):
+            guard_fs.remove(root, root / os.path.relpath(path, self.root), tree=kind == "node", identity=identity)
+        elif kind == "store" and identity is not None:
+            for name in guard_fs.empty_own(root, identity):
+                warn(self.root / name, "not this run's (another user's), so the rollback left it and its folders")
         elif kind == "own" and guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder") \
                 and guard_fs.lstat_dir(path):
             for name in set(os.listdir(path)) - {*LOCK_FILES, guard_fs.FOLDER_MARKER}:  # the lock goes when released
@@ -145,6 +175,8 @@ class DiskPlace:
         guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder")
         made = [(p, "parent") for p in self.make_dirs(self.root.parent)]
         made += [(p, "store") for p in self.make_dirs(self.root)]
+        if made and made[-1][1] == "store":  # judged now that it exists: this run made it
+            self.real_root, self.identity = real(self.root), guard_fs.identity_of(real(self.root))
         if guard_fs.make_own_folder(self.bookkeeping, "bookkeeping folder"):
             made.append((self.bookkeeping, "own"))
         return made
