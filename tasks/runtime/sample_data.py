@@ -15,14 +15,13 @@ second call never touches what the first wrote."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ConfigError, OutputExistsError
+from ..errors import ConfigError, OutputExistsError, did_you_mean
 
 # every plate sample: the plate the manual's screening examples take (channel_names: [DAPI, GFP])
 PLATE = {"wells": ["B03", "C05"], "grid": [2, 2], "shape": [64, 80], "channels": 2, "z_planes": 2}
@@ -143,8 +142,9 @@ def samples() -> dict[str, Sample]:
 def find(name: str) -> Sample:
     known = samples()
     if name not in known:
-        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.0)
-        raise ConfigError(f"unknown sample {name!r}; did you mean {close[0]!r}? (zarrmill sample-data lists "
+        part = [k for k in known if name.lower() in k]  # 'organ' -> organ-points, 'cq' -> plate-cq
+        hint = f"did you mean {part[0]!r}?" if len(part) == 1 else did_you_mean(name, known)
+        raise ConfigError(f"unknown sample {name!r}{'; ' + hint if hint else ''} (zarrmill sample-data lists "
                           f"all {len(known)})")
     return known[name]
 

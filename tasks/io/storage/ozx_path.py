@@ -50,7 +50,13 @@ class _Index:
     """The names of one archive: files and the folders they imply."""
 
     def __init__(self, archive: Path):
-        self.zip = zipfile.ZipFile(archive)
+        try:
+            self.zip = zipfile.ZipFile(archive)
+        except zipfile.BadZipFile as err:
+            from ...errors import InputError
+
+            raise InputError(f"{archive}: not a zip archive ({err}); an .ozx is a zipped OME-Zarr: check the "
+                             "file (a copy cut short?) or give the folder store") from None
         self.lock = threading.Lock()
         self.files = {i.filename: i for i in self.zip.infolist() if not i.filename.endswith("/")}
         self.children: dict[str, set[str]] = {}

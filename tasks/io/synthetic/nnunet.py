@@ -61,6 +61,10 @@ def write_preprocessed(root: Path, config: str = "3d_fullres", patch: Sequence[i
     doc = json.loads(plans.read_text()) if plans.exists() else {"plans_name": "nnUNetPlans", "configurations": {}}
     doc["configurations"][config] = {"data_identifier": f"nnUNetPlans_{config}", "patch_size": list(patch)}
     plans.write_text(json.dumps(doc))
+    # dataset.json as nnU-Net's raw dataset declares it (nnUNetv2_train reads it from this folder)
+    (dataset / "dataset.json").write_text(json.dumps({
+        "channel_names": {"0": "CT", "1": "microscopy"}, "labels": {"background": 0, "cell": 1},
+        "numTraining": n, "file_ending": ".nii.gz"}, indent=2))
     for i in range(n):
         shape = case_shape(config, i)
         data = np.stack([volume(shape, i, "ct"), volume(shape, i + 10, "microscopy")])
