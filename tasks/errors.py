@@ -95,6 +95,6 @@ def did_you_mean(name: object, known: Iterable[object]) -> str:
 def warn(where: object, what: str) -> None:
     """One ``zarrmill: warning:`` line naming the file or store and what zarrmill assumed or dropped,
     redacted here too: on a batch worker the line goes to the job's log file, not the CLI's terminal."""
-    from .io.storage.secrets import redact  # here: secrets.py imports this module
+    from .secret_text import redact
 
     print(redact(f"zarrmill: warning: {where}: {what}"), file=sys.stderr, flush=True)

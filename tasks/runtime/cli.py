@@ -184,6 +184,9 @@ def _main(argv: list[str]) -> int:
     if not args.debug:
         _libraries_log_to_a_file()
     from .commands import COMMANDS
+    from .sample_data import cmd_sample_data  # its own module (it runs tasks through commands.py)
+
+    COMMANDS.setdefault("sample-data", cmd_sample_data)
 
     return_freed_memory()  # before any plane is read; dask's local and batch-job workers inherit it
     try:

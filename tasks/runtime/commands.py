@@ -294,8 +294,3 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.store}: ok ({result.summary})")
     return 0
-
-
-from .sample_data import cmd_sample_data  # noqa: E402 - the command's own module (sample_data.py)
-
-COMMANDS["sample-data"] = cmd_sample_data
