@@ -109,7 +109,8 @@ def test_nothing_in_the_repository_reads_outside_it():
 
 
 def _etc_and_packages() -> dict[str, tuple]:
-    """Every entry under /etc (kind, size, mtime; links not followed) and the package database."""
+    """Every entry under /etc (kind, size, mtime; links not followed) and the package database:
+    read only, to see that the test command left them as they were (no run is given these paths)."""
     out: dict[str, tuple] = {}
     for dirpath, dirnames, names in os.walk("/etc"):
         for name in dirnames + names:

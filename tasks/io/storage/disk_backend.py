@@ -27,7 +27,8 @@ from .paths import checked_key, is_bookkeeping_name, never_delete
 # what link(2) answers on file systems without hard links (FAT/exFAT, s3fs-fuse, rclone, some FUSE)
 NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS, errno.EXDEV, errno.EACCES}
 # devices where link(2) was refused, so that every backend there skips the temp file and link
-# (fusefat loses folders under many concurrent temp files being made and removed)
+# (fusefat loses folders under many concurrent temp files being made and removed). A capability of
+# this process's mounts only: it never decides whether a store is zarrmill's or a lock is held.
 _LINKLESS: set[int] = set()
 _NEW = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -89,7 +90,7 @@ class DiskBackend:
             yield None
             return
         try:
-            fd = _descend(fd, below + parts[:-1], create)
+            fd = _below(fd, below + parts[:-1], create)
         except (FileNotFoundError, NotADirectoryError):
             yield None
             return
@@ -218,23 +219,12 @@ class DiskBackend:
                     remove_entry(found[0], found[1], tree=True, links=False, where=self.path(key))
 
 
-def _descend(fd: int, parts: list[str], create: bool) -> int:
-    """From ``fd`` (consumed) down through ``parts``, made where missing when ``create``."""
-    for part in parts:
-        if create:
-            try:
-                os.mkdir(part, dir_fd=fd)
-            except FileExistsError:
-                pass
-            except OSError:
-                os.close(fd)
-                raise
-        try:
-            nxt = open_below(fd, [part])
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
+def _below(fd: int, parts: list[str], create: bool) -> int:
+    """``open_below`` from ``fd``, which is closed."""
+    try:
+        return open_below(fd, parts, create)
+    finally:
+        os.close(fd)
 
 
 def _unlink_quiet(fd: int, name: str) -> None:

@@ -134,14 +134,20 @@ def open_folder(path: os.PathLike[str] | str, follow: bool = False) -> int:
         raise
 
 
-def open_below(base_fd: int, parts: list[str]) -> int:
-    """Descend from ``base_fd`` through ``parts``, never following a link; a new descriptor."""
+def open_below(base_fd: int, parts: list[str], create: bool = False) -> int:
+    """Descend from ``base_fd`` through ``parts``, never following a link (made where missing when
+    ``create``); a new descriptor."""
     fd = os.dup(base_fd)
     for part in parts:
         if part in ("", ".", "..") or "/" in part:
             os.close(fd)
             raise UnsafeOutputError(f"{part!r}: not a plain folder name; zarrmill never walks through it")
         try:
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
             nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
         except OSError as err:
             if err.errno not in (errno.ELOOP, errno.ENOTDIR) or not _is_link(fd, part):
@@ -233,7 +239,9 @@ def identity_of(path: os.PathLike[str] | str) -> tuple[int, int] | None:
 def open_judged(path: os.PathLike[str] | str, identity: tuple[int, int] | None = None) -> int:
     """A descriptor of the folder ``path`` (its last part never followed), refused unless it is
     still the folder judged earlier (``identity``): a folder swapped for a link or for another
-    folder between the check and the act is never acted on."""
+    folder between the check and the act is never acted on. The device and inode are compared
+    within one process, through one mount, seconds apart: they never decide whether a store is
+    zarrmill's (that is what it carries, ownership.py), only whether this is still the same folder."""
     fd = open_folder(path)
     st = os.fstat(fd)
     if identity is not None and (st.st_dev, st.st_ino) != identity:
@@ -295,12 +303,12 @@ def walk(top: os.PathLike[str] | str) -> Iterator[tuple[str, list[str], list[str
         yield dirpath, dirs, files
 
 
-def walk_regular(top: os.PathLike[str] | str, skip: str = "") -> Iterator[tuple[str, str, list[str]]]:
+def walk_regular(top: os.PathLike[str] | str) -> Iterator[tuple[str, str, list[str]]]:
     """(folder, relative folder, files) under ``top`` without following links; a link or a special
     file among the files is refused in one line naming it (a build zarrmill publishes holds only
-    regular files it wrote). Folders named ``skip`` are not entered."""
+    regular files it wrote)."""
     for dirpath, dirs, files, fd in os.fwalk(top, follow_symlinks=False):
-        dirs[:] = sorted(d for d in dirs if d != skip)
+        dirs.sort()
         for name in dirs + files:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
