@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Iterable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterable, Iterator
 
 
 class ZarrmillError(Exception):
@@ -97,4 +99,24 @@ def warn(where: object, what: str) -> None:
     redacted here too: on a batch worker the line goes to the job's log file, not the CLI's terminal."""
     from .secret_text import redact
 
-    print(redact(f"zarrmill: warning: {where}: {what}"), file=sys.stderr, flush=True)
+    line = redact(f"zarrmill: warning: {where}: {what}")
+    held = _HELD.get()
+    if held is not None:
+        held.append(line)
+        return
+    print(line, file=sys.stderr, flush=True)
+
+
+_HELD: ContextVar[list[str] | None] = ContextVar("zarrmill_held_warnings", default=None)
+
+
+@contextmanager
+def held_warnings() -> Iterator[list[str]]:
+    """Warning lines kept in a list instead of printed (``zarrmill follow`` reads an acquisition
+    still being written at every poll: its lines are said once, about the finished one)."""
+    lines: list[str] = []
+    token = _HELD.set(lines)
+    try:
+        yield lines
+    finally:
+        _HELD.reset(token)

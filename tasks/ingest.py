@@ -93,7 +93,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
         if p.layout == "well":
             raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")
         return _plan_image(p, ctx)
-    acq = planned_acquisition(p, ctx)
+    # zarrmill follow: the wells ready at this poll (ingest_follow.py), checked there
+    acq = ctx.growing.acquisition if ctx.growing is not None else planned_acquisition(p, ctx)
     _PLANNED.clear()  # one entry at most: a plan that failed after this leaves nothing behind for long
     _PLANNED[p.model_dump_json()] = acq  # finish uses it: the acquisition is read once per run
     if p.layout == "well":
@@ -103,7 +104,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
     units: list[Unit] = []
     for part in acq.parts():  # wells imaged alike: each its own channels and time points
         units += _plan_fields(p, part, ctx)
-    return units
+    return ctx.growing.versioned(units) if ctx.growing is not None else units
 
 
 def _plan_fields(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
@@ -170,7 +171,8 @@ def run_unit(p: Params, unit: Unit) -> int:
 def finish(p: Params, ctx: PlanContext) -> None:
     if p.resolved_format() == "image":
         return _finish_image(p)
-    acq = _PLANNED.pop(p.model_dump_json(), None) or read_acquisition(p)
+    acq = ctx.growing.acquisition if ctx.growing is not None else (
+        _PLANNED.pop(p.model_dump_json(), None) or read_acquisition(p))
     if p.layout == "well":
         return ingest_wells.finish(p, acq, ctx.guard)
     root = p.output_path()

@@ -31,6 +31,11 @@ def read_acquisition(p: Params) -> Acquisition:
     else:
         first = next((f for f in sorted(Path(p.input).iterdir()) if f.is_file()), None) if Path(p.input).is_dir() else None
         acq = _read_pattern(p, first)
+    return named_acquisition(p, acq)
+
+
+def named_acquisition(p: Params, acq: Acquisition) -> Acquisition:
+    """The well and channel names the parameters ask for."""
     acq.well_names = p.well_names
     if p.channel_names:
         if len(p.channel_names) != acq.n_c:

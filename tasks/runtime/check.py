@@ -206,7 +206,8 @@ NON_ZARR_CHECKS: dict[str, tuple[str, Callable[[Path], tuple[list[str], int]], s
 
 
 def ledger_problems(root: Path) -> list[str]:
-    """Steps whose run did not finish (killed, failed, or planned only)."""
+    """Steps whose run did not finish (killed, failed, or planned only). A plate ``zarrmill follow``
+    is converting ("following") is not one: what it lists so far is complete, wells and metadata."""
     return [f"{root}: zarrmill step '{name}' ({rec.task}) is unfinished: {done}/{rec.n_units} units "
             f"done; rerun the workflow to complete it" for name, rec, done in list_steps(root)
-            if rec.state != "done"]
+            if rec.state not in ("done", "following")]

@@ -11,6 +11,7 @@ import time
 
 from .. import __version__
 from ..errors import ZarrmillError, did_you_mean
+from .follow_command import add_follow_parser
 from .kinds import EXECUTOR_KINDS
 
 
@@ -135,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")
 
+    add_follow_parser(sub, _add_set)
+
     p = add("sample-data", "write a small sample to try zarrmill on (a plate per instrument format, a volume with "
             "points, training folders); without NAME: list them")
     p.add_argument("name", nargs="?", help="the sample (zarrmill sample-data lists them)")
@@ -184,9 +187,11 @@ def _main(argv: list[str]) -> int:
     if not args.debug:
         _libraries_log_to_a_file()
     from .commands import COMMANDS
+    from .follow_command import cmd_follow
     from .sample_data import cmd_sample_data  # its own module (it runs tasks through commands.py)
 
     COMMANDS.setdefault("sample-data", cmd_sample_data)
+    COMMANDS.setdefault("follow", cmd_follow)
 
     return_freed_memory()  # before any plane is read; dask's local and batch-job workers inherit it
     try:

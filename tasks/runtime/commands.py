@@ -14,6 +14,7 @@ from ..errors import ConfigError, InputError, InputNotFoundError, did_you_mean
 from .registry import get_task, task_names, task_summary
 
 if TYPE_CHECKING:
+    from .workflow import Workflow
     from .yamlpos import Located
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -88,7 +89,14 @@ def cmd_task(args: argparse.Namespace) -> int:
 def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc: Located | None = None) -> None:
     """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
     from .runner import run_workflow
+
+    run_workflow(single_task_workflow(name, params, executor, doc), overwrite=overwrite)
+
+
+def single_task_workflow(name: str, params: dict, executor: str, doc: Located | None = None) -> Workflow:
+    """One task as a one-step workflow, validated as a workflow file is."""
     from .workflow import Workflow, build_workflow
+    from .workflow import Workflow
     from .yamlpos import Located
 
     doc = doc or Located({}, "command line", {})
@@ -102,7 +110,7 @@ def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc
             n = len(err.problems) - 1
             raise ConfigError(f"{err.problems[0]} (+{n} more problem{'s' if n > 1 else ''})", err.problems) from None
         raise
-    run_workflow(wf, overwrite=overwrite)
+    return wf
 
 
 @command("tune")

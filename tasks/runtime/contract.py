@@ -135,6 +135,9 @@ class PlanContext:
     # a dry run (runtime/sizing.py): a task may list here what would stop the real run on its input
     # (e.g. missing files) and go on planning, so the job is still sized
     problems: list[str] | None = None
+    # zarrmill follow (ingest_follow.Follower): an input still being written; the plan converts
+    # ``growing.acquisition`` (what is ready) and versions its units with ``growing.versioned``
+    growing: Any = None
 
 
 @dataclass(frozen=True)

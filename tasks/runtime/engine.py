@@ -50,6 +50,9 @@ class StepOptions:
     budget_setting: str = "executor.memory_limit"
     _budget: int | None = None  # unit_budget() of the step being run
     plan: PlanSize | None = None  # the units left to run, for an executor that chooses by the plan
+    # an input still being written (zarrmill follow, ingest_follow.Follower): run_step runs the step
+    # once per poll under one lock; its plan takes what is ready; done only after the final poll
+    growing: Any = None
 
 
 @dataclass
@@ -77,6 +80,9 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
     try:
+        if opts.growing is not None:
+            return opts.growing.follow(lambda: _run_locked(step, task, params, get_client, opts, guard, lock,
+                                                           step_record(task, params, root), time.monotonic()))
         return _run_locked(step, task, params, get_client, opts, guard, lock, rec, t0)
     except BaseException as err:
         if _unnamed_os_error(err):  # a full disk, said by a write that names no file
@@ -162,7 +168,9 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     ledger = open_ledger(root, step)
     opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"
     old = ledger.record() if guard.owned() or guard.in_place else None
-    rec.inputs = fingerprint(params.input_paths(), skip=[root])
+    growing = opts.growing
+    # a growing input changes at every poll: its units carry each well's version instead
+    rec.inputs = {} if growing is not None and not growing.final else fingerprint(params.input_paths(), skip=[root])
     changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
     same = same_step(task, old, rec, root, params.input_paths())
     if same and old.state == "done" and not opts.upstream_changed and not changed:
@@ -173,13 +181,14 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     resume = prepare_output(step, guard, ledger, old, rec, same, opts.overwrite, opts.upstream_changed)
 
     saved = SavedPlan(ledger.dir / PLAN_FILE, plan_key(task.name, task.version, rec.params, rec.inputs),
-                      usable=resume and not changed)
+                      usable=resume and not changed and growing is None)
     ctx = PlanContext(step=step, resume=resume, overwrite=opts.overwrite or opts.upstream_changed, guard=guard,
-                      saved=saved)
+                      saved=saved if growing is None else None, growing=growing)
     done = ledger.done_ids() if resume and not changed else set()
     rec.state = "planning"
     guard.make_dirs(ledger.dir)
-    if resume and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
+    first_poll = growing is None or growing.polls <= 1  # a follower's later polls: nothing was killed since
+    if resume and first_poll and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
         remove_partial_files(guard)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     lock.check()
@@ -234,6 +243,11 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     lock.check()
     if task.finish is not None:
         task.finish(params, ctx)
+    if growing is not None and not growing.final:  # valid and viewable as far as it goes; not done
+        rec.state = "following"
+        ledger.write_record(rec)
+        report.seconds = time.monotonic() - t0
+        return report
     if opts.provenance is not None:
         opts.provenance(step, task.name, params, guard.owner_id())  # before "done": a kill in between redoes it
         guard.seal()  # the store now names its owner marker itself

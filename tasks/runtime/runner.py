@@ -9,7 +9,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InputError
 from .engine import StepOptions, StepReport, run_step
@@ -43,7 +43,8 @@ def steps_hash(wf: Workflow) -> str:
 
 
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
-                 only: list[str] | None = None, as_json: bool = False) -> list[StepReport]:
+                 only: list[str] | None = None, as_json: bool = False,
+                 growing: Callable[[Any], Any] | None = None) -> list[StepReport]:
     """The steps of one workflow (a ``for_each`` workflow goes through scheduler.run_for_each,
     which calls ``run_steps`` per dataset). A dry run sizes every step (sizing.py); a step whose
     run would stop on bad input makes it fail as the run would, after the table."""
@@ -62,7 +63,7 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
             raise InputError(f"step {failed.step}: {failed.error}")
         return []
     with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor:
-        return run_steps(wf, executor, overwrite, only)
+        return run_steps(wf, executor, overwrite, only, growing=growing)
 
 
 def print_steps(wf: Workflow, only: list[str] | None = None) -> None:
@@ -96,7 +97,9 @@ def run_dir_for(wf: Workflow) -> Path:
 
 
 def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: list[str] | None = None,
-              label: str = "") -> list[StepReport]:
+              label: str = "", growing: Callable[[Any], Any] | None = None) -> list[StepReport]:
+    """``growing(params)``: the first step's input is still being written (zarrmill follow): it is
+    run once per poll by what ``growing`` returns (runtime/engine.py)."""
     reports = []
     changed: set[str] = set()
     wf_info = {"name": wf.name, "file": str(Path(wf.source).resolve()) if Path(wf.source).is_file() else wf.source,
@@ -114,6 +117,8 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
                            upstream_changed=any(n in changed for n in step.needs),
                            explain_lost_workers=executor.explain_lost_workers,
                            budget_setting=executor.budget_setting())
+        if growing is not None and step is wf.steps[0]:
+            opts.growing = growing(step.params)
         task = get_task(step.task)
         opts.unit_budget = lambda step=step, task=task: executor.unit_budget(step.resources, task.workers)
         try:

@@ -18,7 +18,7 @@ from ...errors import InputError, InputNotFoundError, warn
 from ..ngff.acquisition import Acquisition, Channel, PlaneTable
 from ..storage.guard import inside
 from .folder_scan import FolderScan
-from .mlf import NS, number_attr, read_mlf, utc, whole_attr
+from .mlf import NS, MlfColumns, number_attr, read_mlf, utc, whole_attr
 from .records import Record, keep_stacks, listed, relative_file, table_acquisition, to_acquisition, unlisted_names
 
 # CellVoyager: <plate>_<well>_T0001F001L01A01Z01C01.tif; CQ: W0001F0001T0001Z001C1.tif
@@ -141,14 +141,16 @@ def target_system(mrf: Path) -> str:
 
 
 def read_measurement(folder: Path, mlf: str | None, mrf: str | None, projections: bool,
-                     pixel_size_yx: tuple[float, float] | None = None) -> Acquisition:
+                     pixel_size_yx: tuple[float, float] | None = None,
+                     records: Callable[[Path, Path], MlfColumns] = read_mlf) -> Acquisition:
     """A CellVoyager or CQ measurement: records from the mlf, plate, channels and pixel size from
     the mrf, names and colours from the .mes it names; CQ projections (records with
-    bts:ZImageProcessing) are kept apart from stacks (records.keep_stacks)."""
+    bts:ZImageProcessing) are kept apart from stacks (records.keep_stacks). ``records(mlf, folder)``
+    reads the mlf's records (a measurement still being written: the ones complete so far)."""
     mlf_path, mrf_path = find_metadata(Path(folder), mlf, mrf)
     folder = mlf_path.parent  # images sit beside the mlf
     detail = parse_mrf(mrf_path)
-    cols = read_mlf(mlf_path, folder)
+    cols = records(mlf_path, folder)
     if cols.errors:
         warn(mlf_path, f"{len(cols.errors)} fields the instrument could not image (ERR records), left out: "
                        f"{listed(cols.errors)}")
