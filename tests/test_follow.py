@@ -189,3 +189,87 @@ def test_a_single_file_cannot_be_followed_in_one_line(tmp_path, cli):
     assert code == 2
     assert "cannot be followed" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.ome.zarr").exists()
+
+
+def _copy_wells(raw: Path, live: Path, wells: list[str], pause: float) -> None:
+    """An instrument that writes a well's files at a time (MetaXpress as acquired): the files of
+    each well, one by one, ``pause`` seconds apart; the other files (settings) first."""
+    files = sorted(f for f in raw.rglob("*") if f.is_file() and f.name != "zarrmill-provenance.json")
+    for well in [None, *wells]:
+        for f in files:
+            if (well is None and not any(f"_{w}_" in f.name for w in wells)) or (well and f"_{well}_" in f.name):
+                target = live / f.relative_to(raw)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(f.read_bytes())
+                if well:
+                    time.sleep(pause)
+
+
+def test_a_metaxpress_folder_is_followed_by_reading_it_again_and_ends_after_the_quiet_time(tmp_path):
+    raw, live, out = tmp_path / "raw", tmp_path / "live", tmp_path / "plate.ome.zarr"
+    run_single_task("generate-plate", {"output": str(raw), "format": "metaxpress", "wells": ["B03", "C05"],
+                                       "grid": [1, 2], "shape": [48, 64], "channels": 2, "z_planes": 2}, "sync", False)
+    _copy_wells(raw, live, ["B03"], 0.0)
+    follower = subprocess.Popen([sys.executable, "-m", "zarrmill", "follow", "--set", f"input={live}",
+                                 "--set", f"output={out}", "--set", "format=metaxpress", "--poll", "0.2",
+                                 "--settle", "0.5", "--quiet", "4"], stderr=subprocess.PIPE, text=True)
+    writer = threading.Thread(target=_copy_wells, args=(raw, live, ["C05"], 0.4))
+    time.sleep(1.0)
+    writer.start()
+    listed_alone = False
+    while follower.poll() is None:
+        listed_alone = listed_alone or _wells_listed(out) == ["B/03"]
+        time.sleep(0.05)
+    writer.join()
+    err = follower.stderr.read()
+    assert follower.returncode == 0, err
+    assert listed_alone, err  # B03 viewable while C05 was being written
+    assert "nothing new for 4 s: finishing the plate" in err
+    assert not check_output(out).problems
+    _same(_tree(out), _one_shot(live, tmp_path / "oneshot.ome.zarr"))
+
+
+def test_one_follower_per_output(measurement, tmp_path):
+    live, out = tmp_path / "live", tmp_path / "plate.ome.zarr"
+    play_cellvoyager(measurement, live, mb_per_s=1000.0, end=False)
+    first = _follower(live, out)
+    while not _wells_listed(out):
+        assert first.poll() is None, first.stderr.read()
+        time.sleep(0.05)
+    second = _follower(live, out)
+    assert second.wait(timeout=60) == 2
+    err = second.stderr.read().strip().splitlines()
+    assert "another zarrmill run is writing this output" in err[-1]
+    with open(live / "MeasurementData.mlf", "ab") as fh:
+        fh.write(ROOT_END + b"\n")
+    assert first.wait(timeout=60) == 0
+
+
+def test_a_workflow_with_a_follow_block_follows_its_ingest_then_runs_the_next_steps(measurement, tmp_path):
+    live, out = tmp_path / "live", tmp_path / "plate.ome.zarr"
+    workflow = tmp_path / "live.yaml"
+    workflow.write_text(f"""name: live
+follow: {{poll_seconds: 0.2, settle_seconds: 0.5, quiet_seconds: 60}}
+steps:
+  ingest: {{task: ingest, params: {{input: {live}, output: {out}}}}}
+  pyramid: {{task: pyramid, needs: [ingest], params: {{input: {out}, min_size: 16}}}}
+""")
+    playback = _start_playback(measurement, live)
+    run = subprocess.run([sys.executable, "-m", "zarrmill", "run", str(workflow)], capture_output=True, text=True,
+                         timeout=300)
+    playback.join()
+    assert run.returncode == 0, run.stderr
+    assert "wells converted and viewable" in run.stderr and "[pyramid] done" in run.stderr
+    assert not check_output(out).problems
+    assert "1" in zarr.open_group(str(out / "B/03/0"), mode="r")  # the pyramid ran on the finished plate
+
+
+def test_follow_is_refused_where_it_cannot_apply(tmp_path, cli):
+    workflow = tmp_path / "wrong.yaml"
+    workflow.write_text(f"""name: wrong
+follow: {{quiet_seconds: 5}}
+steps:
+  pyramid: {{task: pyramid, params: {{input: {tmp_path}}}}}
+""")
+    code, _, err = cli("validate", workflow)
+    assert code == 2 and "follow is for a workflow whose first step is an ingest" in err

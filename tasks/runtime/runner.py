@@ -62,6 +62,11 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
         if failed is not None:
             raise InputError(f"step {failed.step}: {failed.error}")
         return []
+    if growing is None and wf.follow is not None:  # the workflow file's follow: block
+        from ..ingest_follow import Follower, FollowSettings
+
+        settings = FollowSettings(wf.follow.poll_seconds, wf.follow.settle_seconds, wf.follow.quiet_seconds)
+        growing = lambda params: Follower(params, settings)  # noqa: E731
     with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor:
         return run_steps(wf, executor, overwrite, only, growing=growing)
 

@@ -263,6 +263,17 @@ class ForEach(Strict):
     lock_stale_seconds: float = Field(300.0, gt=0, le=604_800, description="a lock whose heartbeat is older is taken over")
 
 
+class FollowSpec(Strict):
+    """The first step (an ingest) converts an acquisition the instrument is still writing, a well
+    as soon as it is complete (zarrmill follow; manual: Live conversion)."""
+
+    poll_seconds: float = Field(5.0, gt=0, le=3600, description="seconds between looks at the acquisition")
+    settle_seconds: float = Field(2.0, ge=0, le=86_400, description="a well unchanged this long, the instrument "
+                                  "on another well, is converted")
+    quiet_seconds: float = Field(1800.0, ge=0, le=604_800, description="nothing new this long: the acquisition "
+                                 "is over (instruments that write no end marker)")
+
+
 class StepSpec(Strict):
     task: str = Field(description="task name (zarrmill tasks)")
     params: dict[str, Any] = Field(default_factory=dict)
@@ -286,6 +297,8 @@ class WorkflowSpec(Strict):
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     for_each: ForEach | None = Field(None, description="run the steps once per dataset found")
     storage: StorageSpec | None = Field(None, description="object-store endpoint, region, profile, anonymous")
+    follow: FollowSpec | None = Field(None, description="the first step, an ingest, follows an acquisition still "
+                                      "being written (zarrmill follow)")
     steps: dict[str, StepSpec] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from ..io.storage.ozx_path import OzxPath
 from .ozx_output import ozx_target
 from ..io.storage.location import apply_storage_block, is_remote, location_key
 from .registry import get_task
-from .spec import ExecutorSpec, ForEach, Resources, WorkflowSpec
+from .spec import ExecutorSpec, FollowSpec, ForEach, Resources, WorkflowSpec
 from .variables import resolve_vars, substitute
 from .yamlpos import Located, load_located, loads_located
 
@@ -47,6 +47,7 @@ class Workflow:
     doc: Located | None = None  # kept to build one workflow per dataset
     sets: tuple[str, ...] = ()
     dataset: Dataset | None = None
+    follow: FollowSpec | None = None  # the first step follows a growing acquisition
 
     def for_dataset(self, ds: Dataset) -> "Workflow":
         """The same workflow with ${<for_each.name>.*} bound to one dataset."""
@@ -105,7 +106,10 @@ def build_workflow(doc: Located, sets: list[str] = (), check_inputs: bool = True
     _check_outputs(ordered, doc)
     if check_inputs:
         _check_inputs(ordered, doc)
-    return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset)
+    if spec.follow is not None and (for_each is not None or ordered[0].task != "ingest"):
+        raise ConfigError(f"{doc.where(('follow',))}: follow is for a workflow whose first step is an ingest, "
+                          "without for_each (one acquisition per follower)")
+    return Workflow(spec.name, doc.source, spec.executor, ordered, for_each, doc, tuple(sets), dataset, spec.follow)
 
 
 def _refuse_sets_of_missing_steps(doc: Located, data: dict[str, Any], sets: list[str]) -> None:
