@@ -139,12 +139,21 @@ def test_a_half_written_record_is_not_read_and_the_end_is_the_closing_tag(measur
     assert len(growing.records()) == 3
 
 
-def test_a_killed_follower_resumes_to_the_same_plate(measurement, tmp_path):
+@pytest.mark.parametrize("moment", ["first poll", "first well listed", "mid-acquisition"])
+def test_a_killed_follower_resumes_to_the_same_plate(measurement, tmp_path, moment):
     live, out = tmp_path / "live", tmp_path / "plate.ome.zarr"
     playback = _start_playback(measurement, live)
     follower = _follower(live, out)
-    while not _wells_listed(out) and follower.poll() is None:
-        time.sleep(0.02)
+    if moment == "first poll":  # while it plans or writes the first well's units
+        while not (tmp_path / ".plate.ome.zarr.zarrmill").exists() and follower.poll() is None:
+            time.sleep(0.005)
+    elif moment == "first well listed":
+        while not _wells_listed(out) and follower.poll() is None:
+            time.sleep(0.02)
+    else:
+        while (live / "MeasurementData.mlf").stat().st_size < 0.6 * (measurement / "MeasurementData.mlf").stat().st_size:
+            time.sleep(0.02)
+    assert follower.poll() is None
     os.kill(follower.pid, signal.SIGKILL)  # while the instrument goes on
     follower.wait()
     playback.join()
