@@ -103,13 +103,16 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
     ensure_group(root, NGFF_FORMATS[p.ngff_version], ctx)
     units: list[Unit] = []
     for part in acq.parts():  # wells imaged alike: each its own channels and time points
-        units += _plan_fields(p, part, ctx)
-    return ctx.growing.versioned(units) if ctx.growing is not None else units
+        spec = _plate_spec(p, part)
+        part_units = _plan_fields(p, part, spec, ctx)
+        # followed: a unit's id names its well's files and its array's layout, which a later well
+        # can change (a time axis once a well with time points is seen): either change redoes it
+        units += ctx.growing.versioned(part_units, repr(spec)) if ctx.growing is not None else part_units
+    return units
 
 
-def _plan_fields(p: Params, acq: Acquisition, ctx: PlanContext) -> list[Unit]:
+def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext) -> list[Unit]:
     """The field images of one plate acquisition (``Acquisition.parts``) and the units writing them."""
-    spec = _plate_spec(p, acq)
     root = p.output_path()
     units = []
     plane = math.prod(acq.image_shape_yx) * np.dtype(acq.dtype).itemsize

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ConfigError, held_warnings
+from .errors import ConfigError, InputError, held_warnings, warn
 from .ingest_acquisition import named_acquisition, read_acquisition, validate_files
 from .ingest_params import Params
 from .io.ngff.acquisition import Acquisition
@@ -83,10 +83,12 @@ class Follower:
             if (len(acq.table) if acq is not None else 0, versions) != state:
                 state, last_change = (len(acq.table) if acq is not None else 0, versions), now
             quiet = now - last_change >= self.settings.quiet_seconds
+            if acq is None and (snap.ended or quiet):
+                raise InputError(f"{self.p.input}: nothing to convert "
+                                 f"{'(the acquisition ended with no image)' if snap.ended else 'after ' + _duration(self.settings.quiet_seconds)}"
+                                 "; check that input names the instrument's measurement folder")
             if acq is not None and (snap.ended or quiet):
-                self.say(f"[follow] {'the instrument says the acquisition ended' if snap.ended else 'nothing new for '}"
-                         f"{'' if snap.ended else _duration(self.settings.quiet_seconds)}: finishing the plate")
-                self.say_warnings()
+                self._say_end(snap.ended)
                 return self._run(run_once, self._whole(acq), versions, final=True)
             ready = self._ready(acq, versions, snap.current, now) if acq is not None else {}
             todo = {w: v for w, v in ready.items() if self.converted.get(w) != v}
@@ -98,6 +100,15 @@ class Follower:
                     return report
             self.sleep(self.settings.poll_seconds)
 
+    def _say_end(self, ended: bool) -> None:
+        if ended:
+            self.say("[follow] the instrument says the acquisition ended: finishing the plate")
+        else:
+            self.say(f"[follow] nothing new for {_duration(self.settings.quiet_seconds)}: finishing the plate")
+            if self.source.has_end_marker:  # an instrument that stopped (a crash, a run cut short) says nothing
+                warn(self.p.input, "the instrument has not said the acquisition ended; the plate is finished with the wells imaged so far (run follow or ingest again once it has ended to add the rest)")
+        self.say_warnings()
+
     def _run(self, run_once: Callable[[], object], acq: Acquisition, versions: dict[Well, str],
              final: bool) -> object:
         self.acquisition, self.versions, self.final = acq, versions, final
@@ -106,7 +117,7 @@ class Follower:
         self.converted.update(versions)
         done = sorted(_label(acq, w) for w in versions)
         if not final:
-            self.say(f"[follow] {len(done)} wells converted and viewable: {_listed(done)}")
+            self.say(f"[follow] {len(done)} well{'s' if len(done) != 1 else ''} converted and viewable: {_listed(done)}")
         return report
 
     # -- what a poll converts ------------------------------------------------------------------
@@ -139,20 +150,22 @@ class Follower:
         for line in dict.fromkeys(self.source.lines):
             print(line, file=sys.stderr, flush=True)
 
-    def versioned(self, units: list[dict]) -> list[dict]:
-        """Each unit's id with its well's version: a changed well's units are not done."""
+    def versioned(self, units: list[dict], layout: str) -> list[dict]:
+        """Each unit's id with its well's version and its array's ``layout``: the units of a well
+        whose files or array changed are not done."""
         by_prefix = {f"{self.acquisition.row_label(r)}/{self.acquisition.col_label(c)}": v
                      for (r, c), v in self.versions.items()}
         for unit in units:
             prefix = "/".join(unit["id"].split("/")[:2])
-            unit["id"] = f"{unit['id']}@{by_prefix.get(prefix, 'plate')}"
+            digest = hashlib.blake2b(f"{by_prefix.get(prefix, 'plate')}|{layout}".encode(), digest_size=8)
+            unit["id"] = f"{unit['id']}@{digest.hexdigest()}"
         return units
 
 
 def _source(p: Params, say: Callable[[str], None]):
     fmt = p.resolved_format()
     if fmt not in FOLLOWED:
-        raise ConfigError(f"{p.input}: a {fmt} input cannot be followed while it is written (one file); convert it "
+        raise ConfigError(f"{p.input}: {'an' if fmt[0] in 'aeiou' else 'a'} {fmt} input cannot be followed while it is written (one file); convert it "
                           "with zarrmill task ingest once it is complete")
     say(f"[follow] {p.input}: {fmt}, following {FOLLOWED[fmt]}")
     if fmt in ("cellvoyager", "cq"):
@@ -177,12 +190,14 @@ class _Growing:
         self.source, self.p = source, p
         self.last: Acquisition | None = None
         self.lines: list[str] = []  # the warnings of reading ``last``: said once, when the plate is finished
+        self.has_end_marker = isinstance(source, GrowingMeasurement)
 
     def poll(self) -> Snapshot:
         with held_warnings() as lines:
             snap = self.source.poll()
         if snap.acquisition is not self.last:
-            self.last, self.lines = snap.acquisition, lines
+            # a growing mlf says each ERR record once, when read; a re-read says all again
+            self.last, self.lines = snap.acquisition, [*self.lines, *lines] if self.has_end_marker else lines
         if snap.acquisition is None or snap.ended:
             return snap
         return Snapshot(replace(snap.acquisition, planes=snap.acquisition.table, unlisted=[]), snap.ended,

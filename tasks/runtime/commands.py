@@ -96,7 +96,6 @@ def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc
 def single_task_workflow(name: str, params: dict, executor: str, doc: Located | None = None) -> Workflow:
     """One task as a one-step workflow, validated as a workflow file is."""
     from .workflow import Workflow, build_workflow
-    from .workflow import Workflow
     from .yamlpos import Located
 
     doc = doc or Located({}, "command line", {})
@@ -163,11 +162,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not steps:
         print(f"{args.output}: no zarrmill ledger here", file=sys.stderr)
         return 1
-    print(f"{'step':20s} {'task':12s} {'state':8s} {'done/total':>14s}  params")
+    print(f"{'step':20s} {'task':12s} {'state':9s} {'done/total':>14s}  params")
     for name, rec, done in steps:
-        state = rec.state if rec.state == "done" else ("partial" if done else rec.state)
+        # following: zarrmill follow converts the wells as they are imaged (its latest poll's units)
+        state = rec.state if rec.state in ("done", "following") else ("partial" if done else rec.state)
         shown = min(done, rec.n_units) if rec.state != "done" else rec.n_units
-        print(f"{name:20s} {rec.task:12s} {state:8s} {shown:>6d}/{rec.n_units:<7d}  {rec.params_hash}")
+        print(f"{name:20s} {rec.task:12s} {state:9s} {shown:>6d}/{rec.n_units:<7d}  {rec.params_hash}")
     return 0
 
 

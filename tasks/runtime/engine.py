@@ -169,13 +169,16 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"
     old = ledger.record() if guard.owned() or guard.in_place else None
     growing = opts.growing
-    # a growing input changes at every poll: its units carry each well's version instead
-    rec.inputs = {} if growing is not None and not growing.final else fingerprint(params.input_paths(), skip=[root])
-    changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
+    following = growing is not None and not growing.final
     same = same_step(task, old, rec, root, params.input_paths())
+    rec.inputs = fingerprint(params.input_paths(), skip=[root]) if not following or (
+        same and old.state == "done") else {}  # (following a finished plate: done if its files are as they were)
+    changed = changed_files(old.inputs, rec.inputs) if old is not None and old.inputs else []
     if same and old.state == "done" and not opts.upstream_changed and not changed:
         _say(opts, f"[{step}] already done ({old.n_units} units), skipping")
         return StepReport(step, task.name, old.n_units, old.n_units, 0, 0.0, was_done=True)
+    if following:  # a growing input changes at every poll: its units carry each well's version instead
+        rec.inputs, changed = {}, []
     if same and changed:
         _say(opts, f"[{step}] inputs changed since the last run: {describe_changes(changed)}; redoing its units")
     resume = prepare_output(step, guard, ledger, old, rec, same, opts.overwrite, opts.upstream_changed)

@@ -19,7 +19,7 @@ def add_follow_parser(sub: argparse._SubParsersAction, add_set) -> None:
     p.add_argument("--params", help="YAML or JSON file with ingest's parameters")
     add_set(p)
     p.add_argument("--executor", default="auto", choices=EXECUTOR_KINDS, help="where units run (as for zarrmill task)")
-    p.add_argument("--poll", type=_seconds, default=5.0, help="seconds between looks at the acquisition (default 5)")
+    p.add_argument("--poll", type=lambda text: _seconds(text, least=0.1), default=5.0, help="seconds between looks at the acquisition (default 5)")
     p.add_argument("--settle", type=_seconds, default=2.0,
                    help="a well unchanged this many seconds, the instrument elsewhere, is converted (default 2)")
     p.add_argument("--quiet", type=_seconds, default=1800.0, help="seconds without anything new after which the "
@@ -27,13 +27,13 @@ def add_follow_parser(sub: argparse._SubParsersAction, add_set) -> None:
     p.add_argument("--overwrite", action="store_true")
 
 
-def _seconds(text: str) -> float:
+def _seconds(text: str, least: float = 0.0) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value <= 7 * 86400:
-        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 604800 seconds (a week)")
+    if not least <= value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} must be between {least:g} and 604800 seconds (a week)")
     return value
 
 

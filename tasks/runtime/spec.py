@@ -267,7 +267,7 @@ class FollowSpec(Strict):
     """The first step (an ingest) converts an acquisition the instrument is still writing, a well
     as soon as it is complete (zarrmill follow; manual: Live conversion)."""
 
-    poll_seconds: float = Field(5.0, gt=0, le=3600, description="seconds between looks at the acquisition")
+    poll_seconds: float = Field(5.0, ge=0.1, le=3600, description="seconds between looks at the acquisition")
     settle_seconds: float = Field(2.0, ge=0, le=86_400, description="a well unchanged this long, the instrument "
                                   "on another well, is converted")
     quiet_seconds: float = Field(1800.0, ge=0, le=604_800, description="nothing new this long: the acquisition "

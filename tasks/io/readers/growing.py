@@ -54,6 +54,10 @@ class GrowingMlf:
                                          "instruments write them; it cannot be followed (convert it once complete)")
                     return False  # no complete image record yet
                 self.layout, self.offset = layout, start
+            size = os.fstat(fh.fileno()).st_size
+            if size < self.offset:  # not appended to: written anew (a restarted measurement, a copy)
+                raise InputError(f"{self.path}: it shrank from {self.offset} to {size} bytes while it was followed; "
+                                 "run zarrmill follow again on the measurement as it is now")
             fh.seek(self.offset)
             data = fh.read()
         cut = data.rfind(RECORD_END)
