@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import zarr
 
+from zarrmill.errors import InputError
 from zarrmill.io.readers.growing import GrowingMlf
 from zarrmill.io.readers.mlf import ROOT_END
 from zarrmill.io.synthetic.playback import play_cellvoyager
@@ -137,6 +138,9 @@ def test_a_half_written_record_is_not_read_and_the_end_is_the_closing_tag(measur
     assert growing.read_new() and growing.columns.n == 3 and growing.ended
     assert growing.offset > size  # read on from where it stopped
     assert len(growing.records()) == 3
+    mlf.write_bytes(header + records[0])  # the instrument starts the file anew
+    with pytest.raises(InputError, match="shrank from"):
+        growing.read_new()
 
 
 @pytest.mark.parametrize("moment", ["first poll", "first well listed", "mid-acquisition"])
@@ -245,6 +249,8 @@ def test_one_follower_per_output(measurement, tmp_path):
     while not _wells_listed(out):
         assert first.poll() is None, first.stderr.read()
         time.sleep(0.05)
+    status = subprocess.run([sys.executable, "-m", "zarrmill", "status", str(out)], capture_output=True, text=True)
+    assert status.stdout.splitlines()[1].split()[:3] == ["ingest", "ingest", "following"], status.stdout
     second = _follower(live, out)
     assert second.wait(timeout=60) == 2
     err = second.stderr.read().strip().splitlines()
@@ -319,3 +325,35 @@ def test_a_later_well_that_changes_the_array_layout_redoes_the_wells_converted_b
     assert zarr.open_group(str(out / "B/03/0"), mode="r")["0"].ndim == 5
     assert not check_output(out).problems
     _same(_tree(out), _one_shot(live, tmp_path / "oneshot.ome.zarr"))
+
+
+def test_a_plate_already_converted_is_already_done_when_followed(tmp_path, cli):
+    raw, out = tmp_path / "raw", tmp_path / "plate.ome.zarr"
+    run_single_task("generate-plate", {"output": str(raw), "format": "metaxpress", "wells": ["B03", "C05"],
+                                       "grid": [1, 2], "shape": [48, 64], "channels": 1, "z_planes": 1}, "sync", False)
+    run_single_task("ingest", {"input": str(raw), "output": str(out)}, "sync", False)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    code, _, err = cli("follow", "--set", f"input={raw}", "--set", f"output={out}", "--poll", "0.2", "--settle", "0.2",
+                       "--quiet", "60")  # the quiet time is not waited for: the plate is as it was converted
+    assert code == 0, err
+    assert "[ingest] already done" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_nothing_to_follow_ends_after_the_quiet_time_in_one_line(tmp_path, cli):
+    (tmp_path / "empty").mkdir()
+    code, _, err = cli("follow", "--set", f"input={tmp_path / 'empty'}", "--set", f"output={tmp_path / 'o.ome.zarr'}",
+                       "--set", "format=cellvoyager", "--poll", "0.1", "--quiet", "0.5")
+    assert code == 2, err
+    assert "nothing to convert after 0.5 s" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "o.ome.zarr").exists()
+
+
+def test_an_instrument_that_falls_quiet_before_its_end_marker_is_a_warning(measurement, tmp_path, cli):
+    live, out = tmp_path / "live", tmp_path / "plate.ome.zarr"
+    play_cellvoyager(measurement, live, mb_per_s=1000.0, end=False)
+    code, _, err = cli("follow", "--set", f"input={live}", "--set", f"output={out}", "--poll", "0.1",
+                       "--settle", "0.2", "--quiet", "1")
+    assert code == 0, err
+    assert "warning" in err and "has not said the acquisition ended" in err
+    assert _wells_listed(out) == ["B/03", "B/04", "C/05"]
