@@ -1,8 +1,8 @@
-"""Run N units of CPU-busy no-op work, to check (and time) an executor or a SLURM setup.
+"""Run N units of CPU-busy no-op work, to check (and time) an executor or a batch scheduler's setup.
 
 ``zarrmill task cluster-check --set output=/scratch/check --set units=200 --set busy_ms=500
---executor slurm`` shows that jobs start, workers connect, units run and resume works, without
-touching any data. Each unit reports the host and SLURM job it ran in."""
+--executor KIND`` shows that jobs start, workers connect, units run and resume works, without
+touching any data. Each unit reports the host and batch job it ran in."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ from .runtime.contract import PlanContext, TaskParams, Unit
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
 EXAMPLE = {"params": {"output": "check", "units": 20, "busy_ms": 50},
-           "note": "On a cluster, run it with the executor you mean to use (`--executor slurm`, or the "
+           "note": "On a cluster, run it with the executor you mean to use (`--executor` with your scheduler, or the "
                    "workflow's `executor`): every unit reports the host and job it ran in."}
 
 
@@ -63,8 +63,12 @@ def run_unit(p: Params, unit: Unit) -> int:
         x += 1
     del held
     if p.record:
-        where = {"host": socket.gethostname(), "pid": os.getpid(),
-                 "slurm_job": os.environ.get("SLURM_JOB_ID"), "started": started, "ended": time.time()}
+        from .runtime.schedulers import SCHEDULERS
+
+        job = next((os.environ[s.job_id_variable] for s in SCHEDULERS.values()
+                    if s.job_id_variable and os.environ.get(s.job_id_variable)), None)
+        where = {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "started": started,
+                 "ended": time.time()}
         atomic_write_json(Path(p.output) / "units" / f"{unit['id']}.json", where)
     return 0
 
@@ -74,7 +78,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         return
     seen: dict[str, int] = {}
     for f in (Path(p.output) / "units").glob("*.json"):
-        job = json.loads(f.read_text())["slurm_job"] or "local"
+        job = json.loads(f.read_text())["job"] or "local"
         seen[job] = seen.get(job, 0) + 1
     print(f"cluster-check: {p.units} units ran in: "
           + ", ".join(f"{k}: {v}" for k, v in sorted(seen.items())))

@@ -74,7 +74,7 @@ class OutputLockedError(ZarrmillError, BlockingIOError):
 
 
 def closest(name: object, known: Iterable[object]) -> str | None:
-    """The known name nearest to a mistyped one (``injest`` -> ``ingest``, ``SLURM`` -> ``slurm``,
+    """The known name nearest to a mistyped one (``injest`` -> ``ingest``, ``Threads`` -> ``threads``,
     ``unit-mb`` -> ``unit_mb``), or None when none is near: difflib's ratio, case and ``-``/``_``
     folded. The one helper every name lookup uses (tasks, parameters, settings, keys, kinds, steps)."""
     import difflib

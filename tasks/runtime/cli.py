@@ -13,6 +13,7 @@ from .. import __version__
 from ..errors import ZarrmillError, did_you_mean
 from .follow_command import add_follow_parser
 from .kinds import EXECUTOR_KINDS
+from .schedulers import BATCH_KINDS, DEFAULT_BATCH_KIND, SCHEDULERS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -57,8 +58,8 @@ class TaskHelp(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="zarrmill", description="Turn raw bioimaging data into chunked, analysis-ready stores, "
-                           "on this machine or on a cluster (SLURM, Grid Engine, PBS, LSF, HTCondor) through "
-                           "dask-jobqueue.")
+                           f"on this machine or on a cluster ({', '.join(s.label for s in SCHEDULERS.values())}) "
+                           "through dask-jobqueue.")
     parser.add_argument("--version", action="version", version=f"zarrmill {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
@@ -125,13 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("submit", "run a workflow's driver as a batch job (so you can log out)")
     p.add_argument("workflow")
     _add_set(p)
-    p.add_argument("--scheduler", choices=[k for k in EXECUTOR_KINDS if k in ("slurm", "sge", "pbs", "lsf", "htcondor")],
-                   help="where the driver job goes (default: the workflow's executor.kind, else slurm)")
+    p.add_argument("--scheduler", choices=BATCH_KINDS, help="where the driver job goes (default: the workflow's "
+                   f"executor.kind, else {DEFAULT_BATCH_KIND})")
     p.add_argument("--time", default="24:00:00", help="driver walltime")
     p.add_argument("--mem", default="4G", help="driver memory")
-    p.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch option, e.g. --sbatch-arg=--account=lab (repeatable)")
+    p.add_argument("--sbatch-arg", action="append", default=[], help="the same as --directive (the name of earlier releases)")
     p.add_argument("--directive", action="append", default=[], help="extra directive of the driver job in the "
-                   "scheduler's syntax, e.g. --directive='-P lab' on Grid Engine (repeatable)")
+                   "scheduler's syntax, e.g. --directive=--account=lab (repeatable)")
     p.add_argument("--log-dir", default="zarrmill-logs", help="where the driver log goes")
     p.add_argument("--print", action="store_true", dest="print_only", help="print the job script only")
     p.add_argument("--overwrite", action="store_true")
@@ -157,7 +158,7 @@ def _non_negative_days(text: str) -> float:
 
 def _add_set(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a value (workflow: executor.kind=slurm, steps.S.params.X=..; task: X=..)")
+                   help="override a value (workflow: executor.kind=KIND, steps.S.params.X=..; task: X=..)")
 
 
 def main(argv: list[str] | None = None) -> int:

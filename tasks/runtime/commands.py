@@ -173,12 +173,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 @command("submit")
 def cmd_submit(args: argparse.Namespace) -> int:
-    from .schedulers import BATCH_KINDS, scheduler
+    from .schedulers import BATCH_KINDS, DEFAULT_BATCH_KIND, scheduler
     from .submit import submit_workflow
     from .workflow import load_workflow
 
     wf = load_workflow(args.workflow, args.set)  # validate before anything is queued
-    kind = args.scheduler or (wf.executor.kind if wf.executor.kind in BATCH_KINDS else "slurm")
+    kind = args.scheduler or (wf.executor.kind if wf.executor.kind in BATCH_KINDS else DEFAULT_BATCH_KIND)
     _check_driver_job(kind, args.mem, args.time)
     job_id, script, log = submit_workflow(Path(args.workflow), args.set, args.time, args.mem,
                                           args.sbatch_arg + args.directive, Path(args.log_dir), args.print_only,

@@ -43,7 +43,7 @@ class StepOptions:
     # called after finish(), before the step is marked done: (step, task name, params)
     provenance: Callable[[str, str, TaskParams, str | None], None] | None = None
     error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
-    # why the cluster lost workers (SLURM: out of memory, walltime), asked when units failed with them
+    # why the cluster lost workers (out of memory, walltime, as the scheduler says), asked when units failed with them
     explain_lost_workers: Callable[[], str] | None = None
     # bytes of unit data one worker may hold (runtime/budget.py); None: unknown, nothing constrained
     unit_budget: Callable[[], int | None] | None = None

@@ -2,7 +2,7 @@
 
 ``Executor.client_for(resources)`` returns the client a step runs on (None for ``sync``: inline;
 an ``InProcessPool`` where ``auto`` chose threads in this process for the step's plan).
-On a batch scheduler (SLURM, Grid Engine, PBS, LSF, HTCondor) each distinct set of step resources
+On a batch scheduler (any registered in schedulers/) each distinct set of step resources
 gets its own dask-jobqueue cluster (a worker pool; jobqueue.py)."""
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ class Executor:
                 DASHBOARD_HOSTS[client] = host
             self.job_names.add(cluster.job_name)
             return cluster, client
-        cpus = available_cpus()  # affinity, cgroup quota and SLURM allocation, not the whole node
+        cpus = available_cpus()  # affinity, cgroup quota and the batch allocation, not the whole node
         workers = self._local_workers(kind)
         threads = cpus if kind == "threads" else self.spec.threads_per_worker
         memory = self._local_worker_memory(kind)

@@ -72,22 +72,6 @@ def batch_unit_budget(spec: ExecutorSpec, resources: Resources | None) -> int:
     return budget_of(_bytes(batch, memory) // max(processes, 1))
 
 
-def _seconds(walltime: Any, kind: str) -> float:
-    """A walltime in seconds: [D-]HH:MM:SS, MM:SS or minutes (LSF: HH:MM or minutes); inf if unknown."""
-    text = str(walltime).strip()
-    days, _, text = text.rpartition("-") if "-" in text else ("0", "", text)
-    try:
-        parts = [float(v) for v in text.split(":")]
-        extra = float(days or 0) * 86400
-    except ValueError:
-        return float("inf")
-    if len(parts) == 1:
-        return extra + parts[0] * 60
-    if len(parts) == 2:
-        return extra + (parts[0] * 3600 + parts[1] * 60 if kind == "lsf" else parts[0] * 60 + parts[1])
-    return extra + parts[0] * 3600 + parts[1] * 60 + parts[2]
-
-
 def _effective(spec: ExecutorSpec, resources: Resources | None) -> tuple[int, int, int, float]:
     """(cores, processes, memory bytes, walltime seconds) a pool of these resources runs with:
     the layered settings, else dask-jobqueue's own config for this scheduler."""
@@ -98,7 +82,7 @@ def _effective(spec: ExecutorSpec, resources: Resources | None) -> tuple[int, in
         return found if found is not None else (_jobqueue(batch, key) if _jobqueue(batch, key) is not None else default)
 
     return (_count(batch, "cores", value("cores", 1)), _count(batch, "processes", value("processes", 1)),
-            _bytes(batch, value("memory", "0")), _seconds(value("walltime", "inf"), spec.kind))
+            _bytes(batch, value("memory", "0")), batch.walltime_seconds(value("walltime", "inf")))
 
 
 def fitting_pool(spec: ExecutorSpec, need: Resources | None, pools: dict[tuple, tuple[Resources | None, float]]

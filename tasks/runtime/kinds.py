@@ -1,3 +1,7 @@
 """The executor kinds a workflow may name, apart from their settings (spec.py), so the command
-line can offer them without importing pydantic."""
-EXECUTOR_KINDS = ("auto", "local", "threads", "sync", "slurm", "sge", "pbs", "lsf", "htcondor", "address")
+line can offer them without importing pydantic: the local ones, every registered batch scheduler
+(schedulers/), and an existing dask scheduler's address."""
+from .schedulers import BATCH_KINDS
+
+LOCAL_KINDS = ("auto", "local", "threads", "sync")
+EXECUTOR_KINDS = (*LOCAL_KINDS, *BATCH_KINDS, "address")

@@ -1,4 +1,4 @@
-"""Locks for runs that may overlap (cron fired twice, a slow run still going, two sbatch jobs on
+"""Locks for runs that may overlap (cron fired twice, a slow run still going, two batch jobs on
 different nodes): per dataset in scheduled runs, per output store in every run. One algorithm over
 the storage backend (io/storage/backend.py), for a folder (local, NFS, Lustre, FAT, FUSE) and a
 bucket prefix alike.

@@ -1,10 +1,8 @@
 """What this process may use: CPUs and memory, as the scheduler or container grants them, not the
 whole machine. The smallest of: CPU affinity, the cgroup's CPU quota and memory limit (v2 or v1),
-and the batch allocation the process runs in: SLURM (``SLURM_CPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``
-in MB), Grid Engine (``NSLOTS``), PBS (``NCPUS``), LSF (``LSB_DJOB_NUMPROC``, ``LSB_MAX_MEM_RUSAGE``
-is not a limit and is not read) and HTCondor (``_CONDOR_NPROCS``, ``OMP_NUM_THREADS`` it sets for
-request_cpus). A ``local`` cluster started inside a 1-CPU batch job so gets one worker, not one per
-node core."""
+and the batch allocation the process runs in (the variables each scheduler sets: schedulers/,
+``allocated_cpus_variable`` and ``allocated_memory``). A ``local`` cluster started inside a 1-CPU
+batch job so gets one worker, not one per node core."""
 from __future__ import annotations
 
 import math
@@ -13,8 +11,10 @@ from pathlib import Path
 
 import psutil
 
+from .schedulers import SCHEDULERS
+
 # the variable each scheduler sets to the CPUs it granted this job
-ALLOCATED_CPUS = ("SLURM_CPUS_ON_NODE", "NSLOTS", "NCPUS", "LSB_DJOB_NUMPROC", "_CONDOR_NPROCS")
+ALLOCATED_CPUS = tuple(s.allocated_cpus_variable for s in SCHEDULERS.values() if s.allocated_cpus_variable)
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -40,9 +40,7 @@ def available_memory(cgroup: Path = CGROUP, environ: dict[str, str] | None = Non
         if value and value < 2**60:  # v1 reports "no limit" as a huge number
             limits.append(value)
             break
-    slurm = _int(env.get("SLURM_MEM_PER_NODE"))
-    if slurm:
-        limits.append(slurm * 2**20)
+    limits += [granted for granted in (s.allocated_memory(env) for s in SCHEDULERS.values()) if granted]
     return min(limits)
 
 

@@ -8,7 +8,7 @@ planes so creeps upward: on a 48-well plate ``ingest layout: well`` peaked at 10
 threshold at 648 MB, in the same time (manual: Performance). Fixing the thresholds turns that
 adjustment off, so a worker's memory is what its units declare (runtime/budget.py) and not
 what the allocator happened to keep. The price is a fresh mapping, page faults included, for every
-buffer of 1 MiB or more. Worker processes (dask's, SLURM jobs) inherit the environment variables
+buffer of 1 MiB or more. Worker processes (dask's, batch jobs) inherit the environment variables
 and apply them when they start; this process applies them through ``mallopt``.
 
 The threshold is chosen per job shape (``use_profile``, called for every unit): a unit that says

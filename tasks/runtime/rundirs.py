@@ -1,7 +1,7 @@
-"""Run folders (worker working directory, dask scratch, SLURM logs, a run's TLS files) live in one
+"""Run folders (worker working directory, dask scratch, batch job logs, a run's TLS files) live in one
 place: ``$ZARRMILL_RUNS_DIR``, else ``$XDG_STATE_HOME/zarrmill/runs``, else
 ``~/.local/state/zarrmill/runs`` (a home folder is shared with the compute nodes on most clusters,
-which SLURM workers need). ``executor.run_dir`` picks one folder for one workflow.
+which batch workers need). ``executor.run_dir`` picks one folder for one workflow.
 ``zarrmill runs --prune`` removes old ones; only folders zarrmill marked as its own are removed."""
 from __future__ import annotations
 

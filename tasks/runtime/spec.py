@@ -4,10 +4,11 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from ..errors import did_you_mean
 from .kinds import EXECUTOR_KINDS
+from .schedulers import BATCH_KINDS, SCHEDULERS
 
 
 class Strict(BaseModel):
@@ -15,7 +16,7 @@ class Strict(BaseModel):
 
 
 class SettingError(ValueError):
-    """A bad value inside a validated field (a key of ``executor.slurm``, a step's resources): ``loc``
+    """A bad value inside a validated field (a key of ``executor.<kind>``, a step's resources): ``loc``
     continues the field's location, so the line names that key (workflow.validation_problems)."""
 
     def __init__(self, loc: tuple, message: str):
@@ -63,7 +64,7 @@ def a_count(value: Any, low: int = 1) -> Any:
 
 
 def a_byte_count(value: Any) -> Any:
-    """LSF's ``mem``: bytes as a number (dask-jobqueue turns it into LSF's unit), else one clear line."""
+    """A ``mem`` setting in bytes as a number (dask-jobqueue turns it into the scheduler's unit), else one clear line."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{value!r} is not a number of bytes; write e.g. 16000000000 (or set memory: 16GB)")
     return value
@@ -84,12 +85,10 @@ def batch_setting_problem(kind: str, key: str, value: Any) -> str | None:
     """Why ``value`` of ``executor.<kind>.<key>`` would fail on the cluster (or in dask-jobqueue),
     naming the value and a good one; None if it is fine or not checked here. A value with a newline
     is left to job_script_value, which refuses it with its own words."""
-    from .schedulers import scheduler
-
     if value is None or isinstance(value, str) and _CONTROL.search(value):
         return None
     if key == "walltime":
-        return scheduler(kind).walltime_problem(value)
+        return SCHEDULERS[kind].walltime_problem(value)
     check = BATCH_VALUE_CHECKS.get(key)
     if check is None:
         return None
@@ -140,13 +139,18 @@ WORKERS_PER_CPU = 4  # local worker processes per available CPU (I/O-bound work 
 THREADS_PER_CPU = 16
 
 
-class ExecutorSpec(Strict):
-    """Where the units run. Only builds a dask Client; the engine is the same everywhere."""
+def _batch_kinds_described() -> str:
+    return ", ".join(kind if s.label.lower() == kind else f"{kind} ({s.label})" for kind, s in SCHEDULERS.items())
+
+
+class _Executor(Strict):
+    """Where the units run. Only builds a dask Client; the engine is the same everywhere. Each
+    registered batch scheduler adds its settings block (``ExecutorSpec`` below)."""
 
     kind: Literal[EXECUTOR_KINDS] = Field(  # type: ignore[valid-type]
         "auto", description="auto: chosen per step by its plan (threads in this process for a plan that "
         "fits here, else as local); local: LocalCluster (processes); threads: one process, many threads; "
-        "sync: inline on the driver (debugging); slurm, sge (Grid Engine), pbs, lsf, htcondor: worker jobs "
+        f"sync: inline on the driver (debugging); {_batch_kinds_described()}: worker jobs "
         "through dask-jobqueue's cluster class of that scheduler; address: an existing scheduler")
     workers: int | None = Field(None, ge=1, le=1_000_000, description="local: worker processes (default: cores)")
     threads_per_worker: int = Field(1, ge=1, le=1_000_000)  # the machine check says 'at most N'
@@ -154,21 +158,6 @@ class ExecutorSpec(Strict):
     address: str | None = Field(None, description="address: scheduler address, e.g. tcp://host:8786")
     jobs: int | None = Field(None, ge=1, le=10_000, description="batch schedulers: fixed number of worker jobs per pool")
     adapt: Adapt | None = Field(None, description="batch schedulers: adaptive number of worker jobs")
-    slurm: dict[str, Any] = Field(default_factory=dict, description=(
-        "slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
-        "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
-        "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)"))
-    sge: dict[str, Any] = Field(default_factory=dict, description=(
-        "sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
-        "dask-jobqueue's jobqueue.sge config"))
-    pbs: dict[str, Any] = Field(default_factory=dict, description=(
-        "pbs: PBSCluster settings (queue, account, resource_spec, cores, memory, walltime, ...), over "
-        "jobqueue.pbs"))
-    lsf: dict[str, Any] = Field(default_factory=dict, description=(
-        "lsf: LSFCluster settings (queue, project, cores, memory, walltime as HH:MM, ...), over jobqueue.lsf"))
-    htcondor: dict[str, Any] = Field(default_factory=dict, description=(
-        "htcondor: HTCondorCluster settings (cores, memory, disk, job_extra_directives, ...), over "
-        "jobqueue.htcondor"))
     worker_start_timeout: float = Field(300.0, gt=0, le=86_400, description="seconds to wait for the first worker")
     reuse_workers: bool = Field(True, description="batch schedulers: a step whose resources a running pool's jobs "
                                 "hold (cores, memory, walltime left) runs on those workers instead of queueing new jobs")
@@ -199,31 +188,10 @@ class ExecutorSpec(Strict):
                                  f"({cpus} CPUs); at most {THREADS_PER_CPU * cpus} here")
         return self
 
-    @field_validator("slurm", "sge", "pbs", "lsf", "htcondor")
-    @classmethod
-    def _known_settings(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
-        """Typos fail here, at validate time, not later on the cluster."""
-        from .schedulers import scheduler
-
-        batch = scheduler(info.field_name)
-        known = batch.parameters
-        for key in value:
-            if key not in known:
-                hint = did_you_mean(key, known)
-                hint = f"; {hint}" if hint else f"; known: {', '.join(sorted(known))}"
-                raise SettingError((key,), f"{key!r} is not a {batch.cluster_class} setting{hint}")
-        for key, setting in value.items():  # sizes and times: said now, not as a crash in dask-jobqueue later
-            problem = batch_setting_problem(batch.kind, key, setting)
-            if problem:
-                raise SettingError((key,), problem)
-        return value
-
     @model_validator(mode="after")
     def _jobqueue_config(self) -> "ExecutorSpec":
         """dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__<KIND>__* variables) fills what the
         workflow leaves unset: a bad size or time there is said now too, naming where it comes from."""
-        from .schedulers import BATCH_KINDS
-
         if self.kind not in BATCH_KINDS:
             return self
         import dask.config
@@ -240,8 +208,32 @@ class ExecutorSpec(Strict):
         return self
 
     def batch_settings(self) -> dict[str, Any]:
-        """The settings block of this executor's scheduler (executor.slurm, executor.sge, ...)."""
+        """The settings block of this executor's scheduler (executor.<kind>)."""
         return dict(getattr(self, self.kind, None) or {})
+
+
+def _known_settings(cls: type, value: dict[str, Any], info: Any) -> dict[str, Any]:
+    """Typos fail here, at validate time, not later on the cluster."""
+    batch = SCHEDULERS[info.field_name]
+    known = batch.parameters
+    for key in value:
+        if key not in known:
+            hint = did_you_mean(key, known)
+            hint = f"; {hint}" if hint else f"; known: {', '.join(sorted(known))}"
+            raise SettingError((key,), f"{key!r} is not a {batch.cluster_class} setting{hint}")
+    for key, setting in value.items():  # sizes and times: said now, not as a crash in dask-jobqueue later
+        problem = batch_setting_problem(batch.kind, key, setting)
+        if problem:
+            raise SettingError((key,), problem)
+    return value
+
+
+# executor.<kind>: one settings block per registered scheduler, checked against its cluster class
+ExecutorSpec = create_model(
+    "ExecutorSpec", __base__=_Executor, __doc__=_Executor.__doc__,
+    __validators__={"_known_settings": field_validator(*BATCH_KINDS)(_known_settings)},
+    **{kind: (dict[str, Any], Field(default_factory=dict, description=s.settings_help))
+       for kind, s in SCHEDULERS.items()})
 
 
 class Ready(Strict):
@@ -303,9 +295,7 @@ class WorkflowSpec(Strict):
 
     @model_validator(mode="after")
     def _walltimes_the_scheduler_takes(self) -> "WorkflowSpec":
-        """A step's resources.walltime in the form the executor's scheduler takes (LSF: no days)."""
-        from .schedulers import BATCH_KINDS
-
+        """A step's resources.walltime in the form the executor's scheduler takes (some take no days)."""
         if self.executor.kind in BATCH_KINDS:
             for name, step in self.steps.items():
                 walltime = step.resources.walltime if step.resources else None

@@ -1,13 +1,13 @@
-"""``zarrmill submit``: run the workflow driver itself as a batch job, so users can log out, on
-SLURM, Grid Engine, PBS, LSF or HTCondor (each scheduler's directives: schedulers/). The driver
-then starts its worker jobs through dask-jobqueue as usual."""
+"""``zarrmill submit``: run the workflow driver itself as a batch job, so users can log out, on any
+registered batch scheduler (its directives: schedulers/). The driver then starts its worker jobs
+through dask-jobqueue as usual."""
 from __future__ import annotations
 
 import shlex
 import sys
 from pathlib import Path
 
-from .schedulers import scheduler
+from .schedulers import DEFAULT_BATCH_KIND, scheduler
 from .schedulers.base import checked_script, job_script_value, sanitize_job_name, shell_safe_path
 
 BODY = """
@@ -21,7 +21,7 @@ exec {command}
 
 
 def driver_script(workflow: Path, sets: list[str], time: str, mem: str, directives: list[str],
-                  log_dir: Path, overwrite: bool, kind: str = "slurm") -> tuple[str, Path]:
+                  log_dir: Path, overwrite: bool, kind: str = DEFAULT_BATCH_KIND) -> tuple[str, Path]:
     """(the driver's job script, its log path with the scheduler's job id token)."""
     batch = scheduler(kind)
     for name, value in (("--time", time), ("--mem", mem), ("--directive", directives), ("--set", sets),
@@ -45,13 +45,13 @@ def driver_script(workflow: Path, sets: list[str], time: str, mem: str, directiv
 
 
 def submit_workflow(workflow: Path, sets: list[str], time: str, mem: str, directives: list[str],
-                    log_dir: Path, print_only: bool, overwrite: bool = False, kind: str = "slurm"
+                    log_dir: Path, print_only: bool, overwrite: bool = False, kind: str = DEFAULT_BATCH_KIND
                     ) -> tuple[str | None, str, Path]:
     batch = scheduler(kind)
     script, log = driver_script(workflow, sets, time, mem, directives, log_dir, overwrite, kind)
     suffix, text = batch.driver_job(script, sanitize_job_name(f"zm-driver-{workflow.stem}"), str(log), time, mem)
     stem = log_dir.resolve() / f"{sanitize_job_name(workflow.stem)}-driver"
-    if suffix != "sh":  # a submit description running the script (HTCondor)
+    if suffix != "sh":  # a submit description running the script (schedulers without directives)
         text = text.replace("{script}", str(stem.with_suffix(".sh")))
     for written in (script, text):  # nothing printed or written carries a credential
         checked_script(written, "the driver job script (--set, --directive, --sbatch-arg or the workflow path)")

@@ -371,11 +371,11 @@ def apply_set(data: dict[str, Any], item: str) -> None:
     """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, booleans), or taken as
     a plain string when it is not valid YAML."""
     if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set executor.kind=slurm")
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set executor.workers=4")
     key, _, raw = item.partition("=")
     if not key or any(part == "" for part in key.split(".")):
         raise ConfigError(f"--set {item!r}: the key before '=' is empty or has an empty part; "
-                          "expected KEY=VALUE, e.g. --set executor.kind=slurm")
+                          "expected KEY=VALUE, e.g. --set executor.workers=4")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:

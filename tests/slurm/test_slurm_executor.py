@@ -198,7 +198,7 @@ def test_step_resources_get_their_own_pools_and_adapt_scales_from_zero(cli, slur
     assert code == 0, err
 
     def jobs_of(name):
-        return {json.loads(f.read_text())["slurm_job"] for f in (tmp_path / name / "units").glob("*.json")}
+        return {json.loads(f.read_text())["job"] for f in (tmp_path / name / "units").glob("*.json")}
 
     small, big = jobs_of("small"), jobs_of("big")
     assert None not in small | big and small and big

@@ -3,8 +3,8 @@
 dask-jobqueue starts the workers on each scheduler (one cluster class per scheduler, laid out one
 module each, as here); zarrmill adds what a user of a facility needs around it: the scheduler's
 own check of a job before the run waits for it, the state a job ended in and why, and values
-checked before they go into a job script. ``Scheduler`` is that interface; each module below
-(slurm.py, sge.py, pbs.py, lsf.py, htcondor.py) fills it for its scheduler."""
+checked before they go into a job script. ``Scheduler`` is that interface; each other module of
+this package fills it for one scheduler and registers it as ``SCHEDULER``."""
 from __future__ import annotations
 
 import importlib
@@ -14,7 +14,7 @@ import re
 import subprocess
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ...errors import ConfigError, ExecutorError
 
@@ -26,8 +26,17 @@ class SchedulerCommandError(ExecutorError):
 
 
 class Scheduler:
+    """One batch scheduler. A module in this package that sets ``SCHEDULER`` to an instance is all it
+    takes to add one: the command line, the workflow file's ``executor.<kind>`` block, submit and
+    the worker pools read them from ``SCHEDULERS`` (schedulers/__init__.py)."""
+
     kind = ""  # executor.kind
     label = ""  # how users call it
+    rank = 100  # its place in lists; the first is the default of zarrmill submit
+    settings_help = ""  # what executor.<kind> holds (the workflow file's reference)
+    # the variable the scheduler sets to the CPUs it granted a job (runtime/machine.py)
+    allocated_cpus_variable = ""
+    job_id_variable = ""  # the variable holding the job's id, in a job's processes
     cluster_class = ""  # the dask_jobqueue cluster class
     job_module, job_class = "", ""  # its job class, for job scripts without a cluster
     submit_command, cancel_command = "", ""
@@ -50,6 +59,28 @@ class Scheduler:
         if isinstance(value, str) and re.fullmatch(self.walltime_pattern, value.strip()):
             return None
         return f"{value!r} is not a walltime {self.label} takes; write {self.walltime_forms}, e.g. '02:00:00'"
+
+    def allocated_memory(self, env: Mapping[str, str]) -> int | None:
+        """Bytes the scheduler granted the job this process runs in, where it says so."""
+        return None
+
+    def walltime_seconds(self, walltime: object) -> float:
+        """A walltime in seconds: [D-]HH:MM:SS, MM:SS or minutes; inf if unknown."""
+        text = str(walltime).strip()
+        days, _, text = text.rpartition("-") if "-" in text else ("0", "", text)
+        try:
+            parts = [float(v) for v in text.split(":")]
+            extra = float(days or 0) * 86400
+        except ValueError:
+            return float("inf")
+        if len(parts) == 1:
+            return extra + parts[0] * 60
+        if len(parts) == 2:
+            return extra + self._two_part_seconds(parts[0], parts[1])
+        return extra + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+    def _two_part_seconds(self, first: float, second: float) -> float:
+        return first * 60 + second  # MM:SS
 
     def cluster(self) -> type:
         import dask_jobqueue

@@ -17,6 +17,9 @@ class HTCondor(Scheduler):
     submit_command, cancel_command = "condor_submit", "condor_rm"
     defaults = {"cores": 1, "memory": "4GB", "disk": "1GB", "processes": 1}
     walltime_pattern = None  # not a setting of HTCondorCluster; a step's resources.walltime is dropped
+    rank, allocated_cpus_variable = 5, "_CONDOR_NPROCS"  # (and OMP_NUM_THREADS, for request_cpus)
+    settings_help = ("htcondor: HTCondorCluster settings (cores, memory, disk, job_extra_directives, ...), over "
+                     "jobqueue.htcondor")
 
     def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in super().settings(resources).items() if k != "walltime"}
@@ -43,3 +46,6 @@ class HTCondor(Scheduler):
 
     def follow_hint(self, job_id: str) -> str:
         return f"condor_q {job_id}"
+
+
+SCHEDULER = HTCondor()

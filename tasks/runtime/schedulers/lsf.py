@@ -30,6 +30,12 @@ class LSF(Scheduler):
     cluster_class, job_module, job_class = "LSFCluster", "dask_jobqueue.lsf", "LSFJob"
     submit_command, cancel_command = "bsub", "bkill"
     walltime_forms = "HH:MM, HH:MM:SS or minutes"  # made HH:MM (lsf_walltime)
+    rank, allocated_cpus_variable = 4, "LSB_DJOB_NUMPROC"  # (LSB_MAX_MEM_RUSAGE is a use, not a limit)
+    job_id_variable = "LSB_JOBID"
+    settings_help = "lsf: LSFCluster settings (queue, project, cores, memory, walltime as HH:MM, ...), over jobqueue.lsf"
+
+    def _two_part_seconds(self, first: float, second: float) -> float:
+        return first * 3600 + second * 60  # LSF's HH:MM
 
     def settings(self, resources: dict[str, Any]) -> dict[str, Any]:
         out = super().settings(resources)
@@ -51,3 +57,6 @@ class LSF(Scheduler):
 
     def follow_hint(self, job_id: str) -> str:
         return f"bjobs {job_id}"
+
+
+SCHEDULER = LSF()

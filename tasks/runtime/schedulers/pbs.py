@@ -14,6 +14,10 @@ class PBS(Scheduler):
     submit_command, cancel_command = "qsub", "qdel"
     walltime_pattern = r"\d+(:\d{1,2}){0,2}(\.\d+)?"  # [[hours:]minutes:]seconds[.milliseconds]
     directive, job_id_token = "#PBS", ""  # PBS does not put the job id into -o paths
+    rank, allocated_cpus_variable = 3, "NCPUS"
+    job_id_variable = "PBS_JOBID"
+    settings_help = ("pbs: PBSCluster settings (queue, account, resource_spec, cores, memory, walltime, ...), over "
+                     "jobqueue.pbs")
 
     def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
         return [f"-N {job_name}", f"-o {log}", "-j oe", f"-l walltime={time}", f"-l select=1:ncpus=1:mem={mem}B"
@@ -27,3 +31,6 @@ class PBS(Scheduler):
 
     def follow_hint(self, job_id: str) -> str:
         return f"qstat {job_id}"
+
+
+SCHEDULER = PBS()

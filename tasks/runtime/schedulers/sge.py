@@ -32,6 +32,10 @@ class SGE(Scheduler):
     cluster_class, job_module, job_class = "SGECluster", "dask_jobqueue.sge", "SGEJob"
     submit_command, cancel_command = "qsub", "qdel"
     ended_states = frozenset({"FAILED", "COMPLETED"})
+    rank, allocated_cpus_variable = 2, "NSLOTS"
+    job_id_variable = "JOB_ID"
+    settings_help = ("sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
+                     "dask-jobqueue's jobqueue.sge config")
 
     def check_script(self, script: str) -> None:
         """``qsub -w v``: Grid Engine checks the job against every queue without submitting it."""
@@ -82,3 +86,6 @@ class SGE(Scheduler):
 
     def follow_hint(self, job_id: str) -> str:
         return f"qstat -j {job_id}"
+
+
+SCHEDULER = SGE()

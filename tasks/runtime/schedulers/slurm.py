@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Mapping
 
 from ...errors import ExecutorError
 from .base import Scheduler, SchedulerCommandError, run_command, tail_file
@@ -117,6 +118,15 @@ class SLURM(Scheduler):
     # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit
     walltime_pattern = r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE"
     walltime_forms = "HH:MM:SS, D-HH:MM:SS or minutes"
+    rank, allocated_cpus_variable = 1, "SLURM_CPUS_ON_NODE"
+    job_id_variable = "SLURM_JOB_ID"
+    settings_help = ("slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
+                     "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
+                     "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)")
+
+    def allocated_memory(self, env: Mapping[str, str]) -> int | None:
+        megabytes = env.get("SLURM_MEM_PER_NODE", "")
+        return int(megabytes) * 2**20 if megabytes.strip().isdigit() and int(megabytes) else None
 
     def check_script(self, script: str) -> None:
         """``sbatch --test-only``: SLURM judges partition, memory, time and account at once and says
@@ -144,3 +154,6 @@ class SLURM(Scheduler):
 
     def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:
         return ended_jobs(job_names, since)
+
+
+SCHEDULER = SLURM()

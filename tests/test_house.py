@@ -1,0 +1,81 @@
+"""The house's rules that a reader of the code relies on: a batch scheduler lives in one module of
+``runtime/schedulers/`` (adding one touches that file only; nothing else names one), checked on a
+copy of the package with a scheduler added as one new file."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import zarrmill
+from zarrmill.runtime.schedulers import SCHEDULERS
+
+PACKAGE = Path(zarrmill.__file__).resolve().parent
+SCHEDULERS_DIR = PACKAGE / "runtime" / "schedulers"
+
+
+def _sources_outside(folder: Path) -> list[Path]:
+    return [f for f in PACKAGE.rglob("*.py") if folder not in f.parents and "__pycache__" not in f.parts]
+
+
+def test_only_the_schedulers_package_names_a_scheduler():
+    names = {s.kind for s in SCHEDULERS.values()} | {s.label for s in SCHEDULERS.values()}
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(names)) + r")\b", re.IGNORECASE)
+    found = [f"{f.relative_to(PACKAGE)}:{i}: {line.strip()}" for f in _sources_outside(SCHEDULERS_DIR)
+             for i, line in enumerate(f.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)
+
+
+OAR = '''"""OAR through dask-jobqueue's OARCluster: the one file that adds it."""
+from .base import Scheduler
+
+
+class OAR(Scheduler):
+    kind, label = "oar", "OAR"
+    cluster_class, job_module, job_class = "OARCluster", "dask_jobqueue.oar", "OARJob"
+    submit_command, cancel_command = "oarsub", "oardel"
+    rank, job_id_variable = 6, "OAR_JOB_ID"
+    settings_help = "oar: OARCluster settings (queue, project, cores, memory, walltime, ...)"
+    directive, job_id_token = "#OAR", "%jobid%"
+
+    def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
+        return [f"-n {job_name}", f"-O {log}", f"-l walltime={time}"]
+
+
+SCHEDULER = OAR()
+'''
+
+
+def test_a_scheduler_is_added_by_one_module(tmp_path):
+    copy = tmp_path / "lib" / "zarrmill"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "runtime" / "schedulers" / "oar.py").write_text(OAR)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "PYTHONSAFEPATH": "1"}
+
+    def zarrmill_(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "zarrmill", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path)
+
+    def workflow(settings: str) -> Path:
+        path = tmp_path / "wf.yaml"
+        path.write_text(f"""name: oar-run
+executor: {{kind: oar, oar: {settings}}}
+steps:
+  check: {{task: cluster-check, params: {{output: {tmp_path / 'check'}, units: 2}}}}
+""")
+        return path
+
+    where = subprocess.run([sys.executable, "-c", "import zarrmill; print(zarrmill.__file__)"], capture_output=True,
+                           text=True, env=env)
+    assert where.stdout.strip() == str(copy / "__init__.py")  # the copy, not the installed package
+    assert "oar" in zarrmill_("submit", "--help").stdout  # the command line offers it
+    ok = zarrmill_("validate", workflow("{queue: default, walltime: '01:00:00'}"))
+    assert ok.returncode == 0, ok.stderr  # the workflow file takes its settings block
+    typo = zarrmill_("validate", workflow("{queu: default}"))
+    assert typo.returncode == 2 and "did you mean 'queue'" in typo.stderr, typo.stderr
+    script = zarrmill_("submit", str(workflow("{queue: default}")), "--print", "--time", "02:00:00")
+    assert script.returncode == 0, script.stderr  # the workflow's scheduler is the driver's
+    assert "#OAR -l walltime=02:00:00" in script.stdout
