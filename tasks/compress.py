@@ -47,7 +47,7 @@ from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
-from .io.storage.location import Location, as_location, is_remote, stored_bytes, zarr_url
+from .io.storage.location import Location, as_location, on_disk, stored_bytes, zarr_url
 
 SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
@@ -102,7 +102,8 @@ class Params(TaskParams):
 def _nnunet(p: Params) -> bool:
     """Asked per source and per unit: the folder is scanned once per Params (one run)."""
     if p._nnunet is None:
-        p._nnunet = not is_remote(p.input) and is_nnunet_folder(Path(p.input))
+        local = on_disk(p.input)
+        p._nnunet = local is not None and is_nnunet_folder(local)
     return p._nnunet
 
 

@@ -48,7 +48,7 @@ from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_im
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
 from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
-from .io.storage.location import as_location, is_remote, zarr_url
+from .io.storage.location import as_location, recorded_name, zarr_url
 
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_table shows
 
@@ -350,7 +350,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     arr, vs = open_image(p)
     kept = int((cols["status"] == 0).sum())
     zarr.open_group(zarr_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {
-        "source": str(as_location(p.input)) if is_remote(p.input) else str(Path(p.input).resolve()), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
+        "source": recorded_name(p.input), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
         "network_voxel_size": p.network_voxel_size, "patch_size": list(out_size(p)), "centering": p.centering,
         "edge": p.edge, "points": p.points, "n": len(cols["point_id"]), "kept": kept,
         "dropped": len(cols["point_id"]) - kept, "complete": True}}

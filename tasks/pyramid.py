@@ -35,7 +35,7 @@ from .io.storage.arrays import (
 )
 from .io.storage.downsample import downsample, out_shape
 from .io.storage.layout import level_chunks, level_shards
-from .io.storage.location import is_remote, as_location
+from .io.storage.location import as_location, on_disk
 from .io.ngff.metadata import (
     ImageMeta,
     Level,
@@ -197,10 +197,11 @@ _LEVEL0: dict[bytes, zarr.Array] = {}  # metadata document -> an array it descri
 def _level0(path: Path) -> zarr.Array:
     """Level 0, for its shape, dtype, chunks and codec only: the wells of a plate share one
     document, and opening each through zarr cost ~3 ms a well (a 1536-well plan: 5 s)."""
-    if is_remote(path):
+    local = on_disk(path)
+    if local is None:
         return open_input_array(path)
     try:
-        doc = (Path(path) / "zarr.json").read_bytes()
+        doc = (local / "zarr.json").read_bytes()
     except OSError:
         return open_input_array(path)
     if doc not in _LEVEL0:

@@ -23,7 +23,7 @@ from .io.training.b2store import cparams, write_b2nd
 from .io.training.codec_trial import Policy
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
-from .io.storage.location import is_remote
+from .io.storage.location import on_disk
 from .io.readers.sources import case_paths, open_source, refuse_name_collisions
 from .io.training.nnunet import is_nnunet_folder, open_array, patch_for, read_cases
 from .runtime.contract import MAX_COUNT, MAX_INDEX, THREADS, PlanContext, PositiveInt, TaskParams, Unit
@@ -82,7 +82,7 @@ def _nnunet_data(p: Params) -> list[Path]:
     folder is scanned once per Params."""
     if p._nnunet_data is None:
         p._nnunet_data = ([c.data for c in read_cases(Path(p.input))[0][:p.sample_cases]]
-                          if not is_remote(p.input) and is_nnunet_folder(Path(p.input)) else [])
+                          if (local := on_disk(p.input)) is not None and is_nnunet_folder(local) else [])
     return p._nnunet_data
 
 

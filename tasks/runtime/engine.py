@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,8 @@ from typing import Any, Callable
 from ..errors import OutputLockedError, StepFailedError, ZarrmillError
 from ..io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ..io.storage.guard import OutputGuard, open_guard
-from ..io.storage.location import is_remote
+from ..io.storage.location import traits_of
+from ..io.storage.object_store import server_failure
 from .budget import PlanSize, refuse_oversized
 from .contract import PlanContext, Task, TaskParams
 from .ledger import StepRecord, open_ledger
@@ -87,19 +87,17 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[],
     except BaseException as err:
         if _unnamed_os_error(err):  # a full disk, said by a write that names no file
             err.filename = str(guard.root)
-        remote_failure = is_remote(root) and not isinstance(err, ZarrmillError) and _storage_error(err)
+        failure = None if isinstance(err, ZarrmillError) else server_failure(root, err)
         try:
             guard.rollback()  # what this run created before failing (a new root, a failed plan's nodes)
         except Exception:  # noqa: BLE001 - a server that is gone cannot be cleaned now; the rerun resumes
-            if not remote_failure:
+            if failure is None:
                 raise
         finally:
             _release(lock, root)
             guard.remove_made_folders()  # rmdir, once the lock is gone from the bookkeeping folder
-        if remote_failure and isinstance(err, Exception):
-            from ..io.storage.object_store import describe_access_error
-
-            raise StepFailedError(f"step '{step}' ({task.name}): {describe_access_error(root, err)}; rerun once it is "
+        if failure is not None and isinstance(err, Exception):
+            raise StepFailedError(f"step '{step}' ({task.name}): {failure}; rerun once it is "
                                   f"resolved: the units done so far are kept") from err
         raise
     finally:
@@ -110,33 +108,10 @@ def _release(lock: Lease, root: Any) -> None:
     """Let go of the run lock (a second call does nothing)."""
     try:
         lock.release()
-    except Exception as err:  # noqa: BLE001 - a lock left in a bucket goes stale; the next run takes it over
-        if not is_remote(root):
+    except Exception as err:  # noqa: BLE001 - a lock left on a server goes stale; the next run takes it over
+        if not traits_of(root).server_may_be_gone:
             raise
         log.warning("could not remove the run lock of %s (%s); it goes stale by itself", root, type(err).__name__)
-
-
-def local_error_log(root: Any, step: str) -> Path:
-    """Failed units' tracebacks of a store in a bucket (no appends there): a local file under the
-    user's state folder, named after the store and step; its path is in the failure line."""
-    import hashlib
-
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill" / "logs"
-    digest = hashlib.sha256(f"{root}\0{step}".encode()).hexdigest()[:12]
-    return base / f"{Path(str(root)).name}-{step}-{digest}.log"
-
-
-def _storage_error(err: BaseException) -> bool:
-    """An error of the object-store client (connection, refusal, timeout), however it is wrapped."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        module = type(err).__module__ or ""
-        if module.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3") or isinstance(
-                err, (ConnectionError, TimeoutError, PermissionError)):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 def _unnamed_os_error(err: BaseException) -> bool:
@@ -166,7 +141,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     guard.claim(step)  # under the lock: a failure from here on is rolled back by run_step
     root = guard.root
     ledger = open_ledger(root, step)
-    opts.error_log = local_error_log(root, step) if is_remote(root) else ledger.dir / "errors.log"
+    opts.error_log = ledger.error_log()
     old = ledger.record() if guard.owned() or guard.in_place else None
     growing = opts.growing
     following = growing is not None and not growing.final
@@ -191,7 +166,7 @@ def _run_locked(step: str, task: Task, params: TaskParams, get_client: Callable[
     rec.state = "planning"
     guard.make_dirs(ledger.dir)
     first_poll = growing is None or growing.polls <= 1  # a follower's later polls: nothing was killed since
-    if resume and first_poll and not is_remote(root):  # a PUT is whole: a bucket never holds a torn object
+    if resume and first_poll and not traits_of(root).whole_writes:  # else no temp file is ever left
         remove_partial_files(guard)
     ledger.write_record(rec)  # before the plan creates anything: a kill now still resumes
     lock.check()

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import InputError
 from ..io.storage.atomic import canonical_json
 from ..io.storage.backend import backend_for
-from ..io.storage.location import is_remote
+from ..io.storage.location import traits_of
 from ..io.storage.places import bookkeeping_of
 
 FLUSH_EVERY_S = 1.0
@@ -61,7 +63,17 @@ class Ledger:
         self._token = uuid.uuid4().hex[:12]
         self._seq = 0
         self._last_flush = 0.0
-        self._every = OBJECT_FLUSH_EVERY_S if is_remote(root) else FLUSH_EVERY_S
+        self._every = OBJECT_FLUSH_EVERY_S if traits_of(root).writes_are_requests else FLUSH_EVERY_S
+
+    def error_log(self) -> Path:
+        """Where failed units' tracebacks go: beside the ledger, or (where files cannot be appended
+        to: a bucket) a local file under the user's state folder, named after the store and step;
+        its path is in the failure line."""
+        if traits_of(self.root).local:
+            return self.dir / "errors.log"
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "zarrmill" / "logs"
+        digest = hashlib.sha256(f"{self.root}\0{self.step}".encode()).hexdigest()[:12]
+        return base / f"{Path(str(self.root)).name}-{self.step}-{digest}.log"
 
     # -- step record -------------------------------------------------------------------------
     def record(self) -> StepRecord | None:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, OutputLockedError, UnsafeOutputError
 from ..io.storage.guard import OutputGuard, open_guard
-from ..io.storage.location import is_remote
+from ..io.storage.location import on_disk
 from ..io.storage.guard_fs import (check_own_folder, make_own_folder, open_own_file, open_regular, replace_file, walk,
                                    walk_regular)
 from ..io.storage.paths import OWNER_FILE, bookkeeping_dir, never_delete, remove_bookkeeping, remove_empty_folder
@@ -60,7 +60,7 @@ def ozx_target(params: TaskParams) -> Path | None:
     out = getattr(params, "output", None)  # as written: output_path() would open an existing archive
     if out is None or not is_ozx(out):
         return None
-    if is_remote(out):
+    if on_disk(out) is None:
         raise ConfigError(f"{out}: .ozx outputs are written to a local path (the zip is packed in one pass on "
                           "disk); write it here, then copy the file to the bucket")
     return Path(os.path.abspath(out))
@@ -92,7 +92,7 @@ def _check_target(target: Path, build: Path, params: TaskParams) -> None:
     """Before anything is read or written: the target is no input, and a file there is an archive
     zarrmill packed from this build store."""
     for inp in params.input_paths():
-        where = os.path.abspath(inp) if not is_remote(inp) else ""
+        where = os.path.abspath(inp) if on_disk(inp) is not None else ""
         if where == str(target) or where.startswith(str(target) + os.sep):
             raise UnsafeOutputError(f"{target}: the output is (or holds) the input {inp}; choose a new output file")
     if os.path.lexists(target) and not _packed_here(target, build):

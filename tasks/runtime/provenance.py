@@ -14,14 +14,14 @@ from typing import Any
 from .. import __version__
 from ..io.storage.atomic import atomic_write_json
 from ..io.storage.guard import is_bookkeeping_name, provenance_side_file
-from ..io.storage.location import as_location, is_remote, zarr_url
+from ..io.storage.location import as_location, on_disk, zarr_url
 from ..io.storage.ozx_path import OzxPath
 from ..io.storage.secrets import redact_tree
 
 
 
 def input_record(path: Path) -> dict[str, Any]:
-    if is_remote(path):
+    if on_disk(path) is None:
         return _remote_input_record(path)
     if isinstance(path, OzxPath):  # inside a zipped OME-Zarr: the archive is the file read
         st = path.archive.stat()

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import ZarrmillError, warn
 from ..io.storage.guard import OutputGuard, open_guard
 from ..io.storage.paths import remove_empty_folder
-from ..io.storage.location import as_location, is_remote
+from ..io.storage.location import as_location, on_disk
 from .contract import PlanContext, TaskParams
 from .registry import get_task
 from .unit_stream import as_stream
@@ -106,13 +106,13 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
             size.notes.append(f"{name} is made by step {earlier}: sized from that step's plan")
     from_earlier = bool(update) and not params.writes_in_place()
     missing = [str(p) for p in params.model_copy(update=update).input_paths()
-               if not is_remote(p) and not Path(p).exists()]
+               if (local := on_disk(p)) is not None and not Path(local).exists()]
     if missing:
         size.notes.append(f"not sized: its input {missing[0]} does not exist yet")
         return size
     out = scratch / "out"
     if params.writes_in_place():
-        if is_remote(params.ledger_root()):
+        if on_disk(params.ledger_root()) is None:
             size.notes.append("not sized: it adds to a store in a bucket")
             return size
         scratch.mkdir()
@@ -123,7 +123,7 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
         scratch.mkdir()
         update["output"] = str(out)
     dry = params.model_copy(update=update)
-    size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if not is_remote(p) and str(p) != str(out))
+    size.input_bytes = sum(_tree_bytes(p) for p in dry.input_paths() if on_disk(p) is not None and str(p) != str(out))
     t0 = time.monotonic()
     try:
         plan = _plan(task, dry, step.name, size, guards, from_earlier=from_earlier)

@@ -21,7 +21,7 @@ from .contract import TaskParams
 from .datasets import Dataset
 from ..io.storage.ozx_path import OzxPath
 from .ozx_output import ozx_target
-from ..io.storage.location import apply_storage_block, is_remote, location_key
+from ..io.storage.location import apply_storage_block, location_key, on_disk
 from .registry import get_task
 from .spec import ExecutorSpec, FollowSpec, ForEach, Resources, WorkflowSpec
 from .variables import resolve_vars, substitute
@@ -335,10 +335,10 @@ def _check_inputs(ordered: list[Step], doc: Located) -> None:
     by_name = {s.name: s for s in ordered}
     for step in ordered:
         produced_at = [by_name[a].params.output_path() for a in _ancestors(step.name, by_name)]
-        produced = [p.resolve() for p in produced_at if p is not None and not is_remote(p)]
-        produced_urls = [location_key(p) for p in produced_at if p is not None and is_remote(p)]
+        produced = [p.resolve() for p in produced_at if p is not None and on_disk(p) is not None]
+        produced_urls = [location_key(p) for p in produced_at if p is not None and on_disk(p) is None]
         for path in step.params.input_paths():
-            if is_remote(path):
+            if on_disk(path) is None:
                 key = location_key(path)
                 if any(key == u or key.startswith(u + "/") for u in produced_urls) or _remote_exists(path):
                     continue

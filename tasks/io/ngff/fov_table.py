@@ -21,11 +21,9 @@ import numpy as np
 import zarr
 
 from ..storage.guard import OutputGuard
-from ..storage.atomic import atomic_write_bytes
-from ..storage.location import as_location, is_remote
-from ..storage.object_store import put_many
+from ..storage.location import as_location, zarr_url
+from ..storage.transfer import write_files
 from .placement import Fov
-from ..storage.location import zarr_url
 
 TABLE = "FOV_ROI_table"
 WELL_TABLE = "well_ROI_table"
@@ -79,12 +77,7 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
         write_anndata(memory, name, rows, {**ROI_ATTRS, "zarrmill_source_plate": source})
         if name in disk:
             guard.remove(as_location(image) / "tables" / name, " (an ROI table of the same name)")
-    root = as_location(image) / "tables"
-    if is_remote(root):  # one batch of PUTs in flight together, not one round trip per object
-        put_many({root / key: buffer.to_bytes() for key, buffer in files.items()})
-        return
-    for key, buffer in files.items():
-        atomic_write_bytes(root / key, buffer.to_bytes(), durable=False)  # as zarr's LocalStore
+    write_files(as_location(image) / "tables", {key: buffer.to_bytes() for key, buffer in files.items()})
 
 
 def write_anndata(group: zarr.Group, name: str, rows: list[dict[str, Any]], attrs: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import InputError, InputNotFoundError
 from ..storage.arrays import open_input_array
-from ..storage.location import Location, as_location, is_remote
+from ..storage.location import Location, as_location, on_disk
 
 SUPPORTED_KINDS = "biuf"
 
@@ -52,7 +52,7 @@ def default_axes(ndim: int) -> str:
 
 def open_source(path: str | Location, level: int = 0, axes: str | None = None) -> Source:
     path = as_location(path)
-    if is_remote(path):
+    if on_disk(path) is None:  # a bucket or web server: zarr only
         src = _zarr_source(_remote_zarr(path), level)
     elif not path.exists():
         raise InputNotFoundError(f"{path}: input does not exist")
@@ -81,7 +81,7 @@ def _remote_zarr(path: Location) -> Location:
 def case_paths(path: str | Location) -> list[Location]:
     """A folder of cases (.npy / .tif files, nnU-Net style) or one input (file, zarr, OME-Zarr)."""
     path = as_location(path)
-    if is_remote(path):
+    if on_disk(path) is None:
         return [_remote_zarr(path)]
     if path.is_dir() and not ((path / "zarr.json").exists() or (path / ".zarray").exists()
                               or (path / ".zgroup").exists()):

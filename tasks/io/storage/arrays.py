@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import zarr
@@ -18,9 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json_if_exists
 from .guard import OutputGuard
-from .location import as_location, is_remote
+from .location import Where, as_location, is_remote
 from .location import zarr_url
 from .skeleton import is_array_as_made, write_array, write_group_if_absent
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+    from numcodecs import Blosc
+    from zarr.codecs import BloscCodec
 
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
 
@@ -35,7 +40,7 @@ class Codec(BaseModel):
     blocksize: int = Field(0, ge=0, le=2**30, description="Blosc block in bytes (0: Blosc chooses); zstd compresses "
                            "1.5x faster in 1 MiB blocks than in Blosc's own, for slightly fewer bytes")
 
-    def for_format(self, zarr_format: int) -> Any:
+    def for_format(self, zarr_format: int) -> BloscCodec | Blosc:
         if zarr_format == 3:
             return zarr.codecs.BloscCodec(cname=self.cname, clevel=self.clevel, shuffle=self.shuffle,
                                           blocksize=self.blocksize)
@@ -110,8 +115,8 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
     return zarr.create_array(zarr_url(path), **kwargs)
 
 
-def _create_kwargs(spec: ArraySpec) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
+def _create_kwargs(spec: ArraySpec) -> dict[str, object]:
+    kwargs: dict[str, object] = dict(
         shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,
         compressors=spec.codec.for_format(spec.zarr_format), fill_value=0,
     )
@@ -123,7 +128,7 @@ def _create_kwargs(spec: ArraySpec) -> dict[str, Any]:
     return kwargs
 
 
-def _node_there(path: Any) -> bool:
+def _node_there(path: Where) -> bool:
     """Something at ``path``: a file, folder or link on disk; objects under it in a bucket (one
     listing request, where exists() asks twice)."""
     if is_remote(path):
@@ -177,7 +182,7 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
         arr[tuple(slice(s, s + n) for s, n in zip(start, data.shape))] = data
         return
     data = np.asarray(data, dtype=arr.dtype)
-    pending: deque[tuple[Any, int]] = deque()
+    pending: deque[tuple[ts.Future, int]] = deque()
     in_flight = 0
     for piece in _write_blocks(start, data.shape, tuple(getattr(arr, "shards", None) or arr.chunks)):
         part = np.ascontiguousarray(data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))])
@@ -219,7 +224,7 @@ def local_root(arr: zarr.Array) -> Path:
     return Path(arr.store.root) / arr.path if arr.path else Path(arr.store.root)
 
 
-def _tensorstore_of(arr: zarr.Array) -> Any:
+def _tensorstore_of(arr: zarr.Array) -> ts.TensorStore | None:
     from zarr.storage import LocalStore
 
     if not isinstance(arr.store, LocalStore):
@@ -237,7 +242,7 @@ def _tensorstore_of(arr: zarr.Array) -> Any:
 # Each open handle keeps ~1 MB (shard indexes, write state) even without a chunk cache: 64 handles
 # made a 48-well ingest peak 60 MB higher than 16 do, and a unit writes at most ~6 arrays.
 @lru_cache(maxsize=16)
-def _open_tensorstore(path: str, zarr_format: int, stamp: int) -> Any:
+def _open_tensorstore(path: str, zarr_format: int, stamp: int) -> ts.TensorStore:
     import tensorstore as ts
 
     spec = {"driver": "zarr3" if zarr_format == 3 else "zarr", "kvstore": {"driver": "file", "path": path}}
@@ -245,7 +250,7 @@ def _open_tensorstore(path: str, zarr_format: int, stamp: int) -> Any:
 
 
 @lru_cache(maxsize=1)
-def _tensorstore_context() -> Any:
+def _tensorstore_context() -> ts.Context:
     import tensorstore as ts
 
     # no chunk cache (every byte is written once); no fsync per file, as zarr's LocalStore
@@ -323,9 +328,9 @@ def _group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int
     return block_regions(shape, tuple(grown))
 
 
-def region_slices(region: Any) -> tuple[slice, ...]:
+def region_slices(region: Sequence[Sequence[int]]) -> tuple[slice, ...]:
     return tuple(slice(int(a), int(b)) for a, b in region)
 
 
-def region_nbytes(region: Any, itemsize: int) -> int:
+def region_nbytes(region: Sequence[Sequence[int]], itemsize: int) -> int:
     return math.prod(int(b) - int(a) for a, b in region) * itemsize

@@ -6,9 +6,9 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
 from .guard_fs import discard_temp, replace_file
+from .location import JsonValue, Where
 from .ozx_path import OzxPath, is_virtual
 
 
@@ -41,16 +41,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
         raise
 
 
-def canonical_json(obj: Any) -> str:
+def canonical_json(obj: JsonValue) -> str:
     """Deterministic JSON (sorted keys, fixed indent) so reruns write identical bytes."""
     return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+def atomic_write_json(path: str | os.PathLike[str], obj: JsonValue) -> None:
     atomic_write_bytes(path, canonical_json(obj).encode())
 
 
-def read_json_if_exists(path: Any) -> Any:
+def read_json_if_exists(path: Where) -> JsonValue:
     """``read_json(path)``, or None when there is no such file; in a bucket one GET either way
     (an existence check first would be a second request per metadata file)."""
     if isinstance(path, OzxPath):
@@ -66,7 +66,7 @@ def read_json_if_exists(path: Any) -> Any:
     return read_json(path) if os.path.exists(path) else None
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
+def read_json(path: str | os.PathLike[str]) -> JsonValue:
     """A JSON file; a damaged one (truncated, binary, hand-edited) is one error naming the file and
     where it breaks."""
     from ...errors import InputError
@@ -82,7 +82,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return _parse_json(path, data)
 
 
-def _parse_json(path: Any, data: bytes) -> Any:
+def _parse_json(path: Where, data: bytes) -> JsonValue:
     from ...errors import InputError
 
     try:

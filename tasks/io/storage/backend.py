@@ -11,16 +11,16 @@ prefix, so that the lock, the ledger and the ownership rules are each one algori
 Keys are relative, '/'-separated, and never leave the backend's root."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from .disk_backend import NO_HARD_LINKS, DiskBackend, Version  # noqa: F401 - re-exported
-from .location import Location, as_location, is_remote, key_of
+from .location import Location, Where, as_location, is_remote, key_of
 from .object_store import ConditionFailed, delete_keys, get, has_objects, head, keys_under, put
 from .paths import checked_key
 
 
 class Backend(Protocol):
-    root: Any
+    root: Where
 
     def create(self, key: str, data: bytes, durable: bool = True) -> bool: ...
     def read(self, key: str) -> bytes | None: ...
@@ -90,5 +90,5 @@ class ObjectBackend:
         delete_keys(self.root, [key_of(self.path(k)) for k in keys])
 
 
-def backend_for(root: Any) -> DiskBackend | ObjectBackend:
+def backend_for(root: Where) -> DiskBackend | ObjectBackend:
     return ObjectBackend(root) if is_remote(root) else DiskBackend(root)

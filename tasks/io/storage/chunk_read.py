@@ -17,7 +17,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import zarr
@@ -37,8 +37,8 @@ class _Layout:
     block: tuple[int, ...]            # what one file holds: a shard, or a chunk
     inner: tuple[int, ...] | None     # chunk shape inside a shard
     codec: Blosc
-    key: Any                          # chunk coords -> key relative to root
-    fill: Any
+    key: Callable[[tuple[int, ...]], str]  # chunk coords -> key relative to root
+    fill: int | float | bool | complex
 
 
 def read_chunk(arr: zarr.Array, coords: Sequence[int]) -> np.ndarray:
@@ -118,7 +118,7 @@ def _layout_of(arr: zarr.Array) -> _Layout | None:
     return _Layout(root, block, inner, codec, meta.encode_chunk_key, fill)
 
 
-def _blosc_of(codecs: tuple[Any, ...], dtype: np.dtype) -> Blosc | None:
+def _blosc_of(codecs: tuple[object, ...], dtype: np.dtype) -> Blosc | None:
     if (len(codecs) != 2 or not isinstance(codecs[0], zarr.codecs.BytesCodec)
             or not isinstance(codecs[1], zarr.codecs.BloscCodec)):
         return None
@@ -129,6 +129,6 @@ def _blosc_of(codecs: tuple[Any, ...], dtype: np.dtype) -> Blosc | None:
                  blocksize=b.blocksize, typesize=b.typesize)
 
 
-def _name(setting: Any) -> str:
+def _name(setting: object) -> str:
     """A codec setting's name: zarr 3.1 holds enums, later releases plain strings."""
     return str(getattr(setting, "value", setting))

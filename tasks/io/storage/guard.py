@@ -25,13 +25,14 @@ algorithm over the storage backend (ownership.py).
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Iterable
 
 from ...errors import OutputExistsError, UnsafeOutputError
 from .ownership import (META_DIR, PROVENANCE_FILE, Ownership, provenance_owner,  # noqa: F401 - re-exported
                         provenance_side_file)
 from .paths import (BOOKKEEPING_MARKERS, CLAIM_FILE, LOCK_FILES, MARKER_SUFFIX,  # noqa: F401 - re-exported
                     OWNER_FILE, bookkeeping_dir, inside, is_bookkeeping_name, real, remove_bookkeeping)
+from .location import Location, Where
 from .places import place_of
 
 
@@ -41,12 +42,12 @@ class OutputGuard:
     ``in_place``: the step adds to one of its inputs (pyramid levels, a well image): the root must
     exist, and only what this guard created (or an owned store) may be replaced."""
 
-    def __init__(self, root: str | os.PathLike[str] | Any, inputs: Iterable[Any] = (), in_place: bool = False):
+    def __init__(self, root: Where, inputs: Iterable[Where] = (), in_place: bool = False):
         self.place = place_of(root, inputs)
         self.root = self.place.root
         self.in_place = in_place
-        self._made: list[tuple[Any, str]] = []  # (what, MADE_KINDS) created by this run, newest last
-        self._left: list[Any] = []  # folders a rollback emptied: rmdir'd once the lock is let go
+        self._made: list[tuple[Location, str]] = []  # (what, MADE_KINDS) created by this run, newest last
+        self._left: list[Location] = []  # folders a rollback emptied: rmdir'd once the lock is let go
         self._prepared = False
         self._fresh = False  # the root held no data when this run checked it (known_absent)
         # every node this run created and its ancestors, kept through commit (known_absent)
@@ -73,11 +74,11 @@ class OutputGuard:
         self._fresh = not self.in_place and not content
 
     @property
-    def bookkeeping(self) -> Any:
+    def bookkeeping(self) -> Location:
         return self.place.bookkeeping
 
     @property
-    def lock_path(self) -> Any:
+    def lock_path(self) -> Location:
         return self.bookkeeping / LOCK_FILES[0]
 
     def has_content(self) -> bool:
@@ -130,13 +131,13 @@ class OutputGuard:
         finally:
             self._remember(new, "file")  # a failed plan leaves no marker and no claim it made
 
-    def known_absent(self, path: Any) -> bool:
+    def known_absent(self, path: Where) -> bool:
         """Nothing is at ``path`` and no request is needed to know it: the root held no data when
         this run checked it, the run holds the output's lock, and it has not created ``path`` or
         anything under it. (A bucket then asks nothing before creating a node.)"""
         return self._fresh and str(path).rstrip("/") not in self._made_or_above
 
-    def _remember(self, paths: Iterable[Any], kind: str) -> None:
+    def _remember(self, paths: Iterable[Where], kind: str) -> None:
         """Created by this run: for rollback (``_made``, with its kind) and for ``known_absent``
         (each node with its ancestors, up to the first one already known: a set lookup per node)."""
         for made in paths:
@@ -146,19 +147,19 @@ class OutputGuard:
                 self._made_or_above.add(text)
                 text = text.rpartition("/")[0]
 
-    def make_dirs(self, path: Any) -> None:
+    def make_dirs(self, path: Where) -> None:
         """mkdir -p (nothing in a bucket), remembering what it created: a rollback empties a folder
         of the bookkeeping (ledger records are this run's), and ``rmdir``s any other when empty."""
         book = str(self.bookkeeping).rstrip("/")
         own = str(path) == book or str(path).startswith(book + "/")
         self._remember(self.place.make_dirs(path), "own" if own else "folder")
 
-    def contain(self, path: Any, what: str = "path") -> Any:
+    def contain(self, path: Where, what: str = "path") -> Location:
         """``path`` if it lies inside the root once normalised (and, on disk, resolved); '..' out of
         the root or a link out of it is refused."""
         return self.place.contain(path, what)
 
-    def will_create(self, path: Any, absent: bool | None = None) -> Any:
+    def will_create(self, path: Where, absent: bool | None = None) -> Location:
         """Called before creating a node: checks containment and, in a store zarrmill does not own,
         records the node first (so a crash right after still leaves it ours). ``absent``: the
         caller just found it absent (a bucket then asks nothing)."""
@@ -173,7 +174,7 @@ class OutputGuard:
         return inner
 
     # -- replacing and deleting ----------------------------------------------------------------
-    def may_replace(self, path: Any) -> bool:
+    def may_replace(self, path: Where) -> bool:
         inner = self.place.within(path)
         if inner is None or (str(inner) == str(self.root) and self.in_place):
             return False
@@ -182,12 +183,12 @@ class OutputGuard:
         parts = self.place.rel(inner).split("/")
         return any("/".join(parts[:i]) in self.ownership.created() for i in range(1, len(parts) + 1))
 
-    def remove(self, path: Any, why: str = "") -> None:
+    def remove(self, path: Where, why: str = "") -> None:
         """Delete ``path`` (a node of the output), only if zarrmill created it."""
         self._refuse_unless_replaceable(path, why)
         self.place.delete(self.place.within(path))
 
-    def remove_files(self, paths: Iterable[Any]) -> None:
+    def remove_files(self, paths: Iterable[Where]) -> None:
         """Delete files of the output (on disk), the rules checked once per folder: each folder must
         be one :meth:`remove` could delete, and each name a plain entry of it (a symlink goes, never
         what it points to). Packing an archive deletes hundreds of files a second this way."""
@@ -202,7 +203,7 @@ class OutputGuard:
                     raise UnsafeOutputError(f"{folder}/{name}: not a plain file name; never deleted")
                 self.place.delete(os.path.join(folder, name))
 
-    def _refuse_unless_replaceable(self, path: Any, why: str = "") -> None:
+    def _refuse_unless_replaceable(self, path: Where, why: str = "") -> None:
         self.place.never_delete(path)
         if not self.may_replace(path):
             raise OutputExistsError(
@@ -248,6 +249,6 @@ class OutputGuard:
             self.place.discard_folder(path)
 
 
-def open_guard(root: Any, inputs: Iterable[Any] = (), in_place: bool = False) -> OutputGuard:
+def open_guard(root: Where, inputs: Iterable[Where] = (), in_place: bool = False) -> OutputGuard:
     """The output guard of ``root``: on disk, or in a bucket."""
     return OutputGuard(root, inputs, in_place)

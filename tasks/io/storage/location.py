@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Union
 
 from ...errors import ConfigError
 from .ozx_path import OzxPath, split_ozx
@@ -31,10 +32,18 @@ COLLAPSED = re.compile(r"^(s3|gs|gcs|az|abfs|https?):/[^/]")
 # avoid, which obstore percent-escapes where s3fs does not (the same URL would name two keys)
 UNSAFE_KEY_CHARS = set('*?[]{}^%`"<>#|~\\')
 
-Location = Union[Path, Any]  # Path, or upath.UPath for a remote store
+if TYPE_CHECKING:
+    from upath import UPath
+    from obstore.store import S3Store
+    from zarr.abc.store import Store
+    from zarr.storage import StorePath
+
+Location = Union[Path, "UPath", OzxPath]  # a local path, a bucket's or web server's (UPath), an archive's entry
+Where = Union[str, "os.PathLike[str]", Location]  # what callers may name a location by
+JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
 
 
-def is_upath(obj: Any) -> bool:
+def is_upath(obj: object) -> bool:
     """A ``upath.UPath`` (told by its class, without touching ``.fs``, which makes a client)."""
     return type(obj).__module__.startswith("upath")
 
@@ -49,8 +58,41 @@ def scheme_of(text: str | os.PathLike[str]) -> str | None:
     return match["scheme"].lower() if match else None
 
 
-def is_remote(path: Any) -> bool:
+def is_remote(path: object) -> bool:
     return scheme_of(path) is not None
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a kind of storage offers: callers outside io/storage ask for what they need (a local
+    path to memory-map, how often to record) and never where the data is."""
+
+    local: bool  # a file system of this machine: memory maps, folder walks, appends, renames
+    whole_writes: bool  # every write lands whole or not at all (a PUT): no temp file is ever left
+    writes_are_requests: bool  # each write is a round trip to a server: small records are batched more
+    server_may_be_gone: bool  # cleaning up after a failure may fail too; the next run finishes it
+
+
+DISK = Traits(local=True, whole_writes=False, writes_are_requests=False, server_may_be_gone=False)
+SERVER = Traits(local=False, whole_writes=True, writes_are_requests=True, server_may_be_gone=True)
+
+
+def traits_of(path: Where) -> Traits:
+    return SERVER if is_remote(path) else DISK
+
+
+def on_disk(path: Where) -> Path | OzxPath | None:
+    """``path`` as a local ``Path``, or None where it names a bucket or web server (for what only a
+    local file system offers: memory maps, scanning a folder by its file names)."""
+    if is_remote(path):
+        return None
+    return path if isinstance(path, (Path, OzxPath)) else Path(path)
+
+
+def recorded_name(path: Where) -> str:
+    """The name a record keeps of a location: a URL as given, a local path made absolute with its
+    links resolved."""
+    return str(as_location(path)) if is_remote(path) else str(Path(path).resolve())
 
 
 def check_url(text: str, *, write: bool, what: str = "path") -> None:
@@ -93,7 +135,7 @@ def _loopback(url: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def as_location(path: str | os.PathLike[str] | Any) -> Location:
+def as_location(path: Where) -> Location:
     """A local ``Path``, or a ``UPath`` for a URL (fsspec takes endpoint and credentials from the
     environment, as every AWS client does)."""
     if is_upath(path) or isinstance(path, OzxPath):
@@ -114,7 +156,7 @@ def key_of(path: Location) -> str:
     return text.rstrip("/") if text.startswith(("http://", "https://")) else text.split("://", 1)[1].rstrip("/")
 
 
-def location_key(path: Any) -> str:
+def location_key(path: Where) -> str:
     """A comparable name: the URL of a remote location, the absolute path of a local one."""
     return str(path).rstrip("/") if is_remote(path) else os.path.abspath(path)
 
@@ -167,7 +209,7 @@ STORAGE_ENV = {"endpoint": ("AWS_ENDPOINT_URL_S3",), "region": ("AWS_REGION", "A
                "profile": ("AWS_PROFILE",)}
 
 
-def apply_storage_block(block: dict[str, Any] | None) -> None:
+def apply_storage_block(block: dict[str, JsonValue] | None) -> None:
     """A workflow's ``storage:`` block (endpoint, region, profile, anonymous) as the environment
     variables every S3 client reads, for this run and the workers it starts. Secrets are not
     accepted here: they stay where AWS tools keep them."""
@@ -200,7 +242,7 @@ def apply_storage_block(block: dict[str, Any] | None) -> None:
     reset_clients()
 
 
-def zarr_url(path: Any) -> Any:
+def zarr_url(path: Where) -> str | StorePath:
     """What zarr-python opens for ``path``: the path itself on disk; in a bucket, a ``StorePath``
     at that node over zarr's ``ObjectStore`` on obstore (measured against zarr's fsspec store on
     the same server: it asks for a shard's index with one suffix-range GET, where s3fs first asks
@@ -222,7 +264,7 @@ def zarr_url(path: Any) -> Any:
     return zarr.storage.StorePath(PrefixedStore(store, prefix), "")
 
 
-def _zip_store_path(archive: Path, inner: str) -> Any:
+def _zip_store_path(archive: Path, inner: str) -> StorePath:
     """A node inside an ``.ozx``: zarr-python's ``ZipStore`` over the archive, read only (one per
     archive and process, opened again when the archive was rewritten)."""
     import asyncio
@@ -236,10 +278,10 @@ def _zip_store_path(archive: Path, inner: str) -> Any:
     return zarr.storage.StorePath(_ZIP_STORES[key], inner)
 
 
-_ZIP_STORES: dict[tuple, Any] = {}
+_ZIP_STORES: dict[tuple[str, int, int], Store] = {}
 
 
-def _zarr_store(scheme: str, bucket: str) -> Any:
+def _zarr_store(scheme: str, bucket: str) -> Store:
     import zarr.storage
 
     if scheme in ("http", "https"):
@@ -257,16 +299,16 @@ def _zarr_store(scheme: str, bucket: str) -> Any:
     return _STORES[key]
 
 
-_STORES: dict[tuple, Any] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
+_STORES: dict[tuple[str | bool, ...], Store] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
 
 
-def _s3_store(bucket: str, endpoint: str, region: str, profile: str, anonymous: bool) -> Any:
+def _s3_store(bucket: str, endpoint: str, region: str, profile: str, anonymous: bool) -> S3Store:
     """An obstore S3 client for the whole bucket; credentials from botocore's chain (environment,
     AWS_PROFILE, ~/.aws, instance roles), as every AWS tool finds them."""
     from obstore.store import S3Store
 
     attempts = os.environ.get("AWS_MAX_ATTEMPTS", "")
-    options: dict[str, Any] = {"region": region or "us-east-1"}
+    options: dict[str, object] = {"region": region or "us-east-1"}
     if attempts.isdigit() and int(attempts) >= 1:  # AWS_MAX_ATTEMPTS, as botocore reads it
         import datetime
 
@@ -287,7 +329,7 @@ class _BotocoreCredentials:
     def __init__(self, profile: str | None):
         self.profile = profile
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> dict[str, object]:
         import datetime
 
         import botocore.session
@@ -298,7 +340,7 @@ class _BotocoreCredentials:
 
             raise ConfigError("no S3 credentials found (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
         frozen = creds.get_frozen_credentials()
-        out: dict[str, Any] = {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+        out: dict[str, object] = {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
                                "expires_at": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=15)}
         if frozen.token:
             out["token"] = frozen.token

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from .location import Location, key_of
+from .location import JsonValue, Location, is_remote, key_of
+
+if TYPE_CHECKING:
+    from s3fs import S3FileSystem
 
 DELETE_BATCH = 1000  # S3's limit per DeleteObjects request
 CONDITION_STATUS = (409, 412)  # AWS: 412 PreconditionFailed, 409 ConditionalRequestConflict; MinIO, Ceph alike
@@ -32,7 +35,7 @@ def _split(key: str) -> tuple[str, str]:
     return bucket, rest
 
 
-def _fs(path: Location) -> Any:
+def _fs(path: Location) -> S3FileSystem:
     return path.fs
 
 
@@ -103,7 +106,7 @@ def get_file(path: Location, local: os.PathLike[str]) -> None:
     _fs(path).get_file(key_of(path), os.fspath(local))
 
 
-def put_many(objects: dict[Any, bytes]) -> None:
+def put_many(objects: dict[Location, bytes]) -> None:
     """Whole objects, many PUTs in flight at once (s3fs's batch), e.g. a table's dozens of small files."""
     if objects:
         fs = _fs(next(iter(objects)))
@@ -117,7 +120,7 @@ def keys_under(path: Location) -> list[str]:
     found: list[str] = []
     token: str | None = None
     while True:
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+        args: dict[str, str] = {"Bucket": bucket, "Prefix": key}
         if token:
             args["ContinuationToken"] = token
         page = _fs(path).call_s3("list_objects_v2", **args)
@@ -160,8 +163,25 @@ def delete_keys(path: Location, keys: Iterable[str]) -> None:
     fs.invalidate_cache()
 
 
-def json_bytes(doc: Any) -> bytes:
+def json_bytes(doc: JsonValue) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
+def server_failure(root: Location, err: BaseException) -> str | None:
+    """The one line for ``err`` when it is the failure of the server holding ``root`` (connection,
+    refusal, timeout), however it is wrapped; None for anything else (and for a local ``root``)."""
+    if not is_remote(root):
+        return None
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        module = type(cause).__module__ or ""
+        if module.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs", "urllib3") or isinstance(
+                cause, (ConnectionError, TimeoutError, PermissionError)):
+            return describe_access_error(root, err)
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def describe_access_error(root: Location, err: BaseException) -> str:

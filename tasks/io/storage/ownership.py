@@ -22,10 +22,9 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from .backend import Backend
-from .location import as_location
+from .location import JsonValue, Where, as_location
 from .paths import CLAIM_FILE, CREATED_LOG, OWNER_FILE
 
 CREATED_DIR = "created"
@@ -35,7 +34,7 @@ class Ownership:
     """The owner marker (in ``meta``, the bookkeeping folder or prefix) and the claim (in
     ``store``, the store's own root) of one store."""
 
-    def __init__(self, root: Any, meta: Backend, store: Backend):
+    def __init__(self, root: Where, meta: Backend, store: Backend):
         self.root, self.meta, self.store = root, meta, store
         self._doc: dict | None = None
         self._owned: bool | None = None
@@ -111,7 +110,7 @@ def _json_dict(data: bytes | None) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _json_bytes(doc: Any) -> bytes:
+def _json_bytes(doc: JsonValue) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n").encode()
 
 

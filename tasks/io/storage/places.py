@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from . import guard_fs
 from .backend import DiskBackend, ObjectBackend
-from .location import as_location, is_remote, key_of
+from .location import Location, Where, as_location, is_remote, key_of
 from .object_store import delete_keys, has_objects, keys_under, probe_prefix
 from .paths import (CLAIM_FILE, LOCK_FILES, MARKER_SUFFIX, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete,
                     real)
@@ -40,7 +40,7 @@ class DiskPlace:
     FOREIGN = ("exists, is not empty and was not created by zarrmill; zarrmill writes only into new or empty folders "
                "(or stores it created): choose a new output path")
 
-    def __init__(self, root: Any, inputs: Iterable[Any]):
+    def __init__(self, root: Where, inputs: Iterable[Where]):
         self.root = Path(os.path.abspath(root))
         self.inputs = [Path(os.path.abspath(p)) for p in inputs if not is_remote(p)]  # a bucket cannot overlap
         self.bookkeeping = bookkeeping_dir(self.root)
@@ -82,7 +82,7 @@ class DiskPlace:
             self.identity = guard_fs.identity_of(self.real_root)
         return self.real_root, self.identity
 
-    def overlaps(self) -> list[tuple[Any, bool, bool, bool]]:
+    def overlaps(self) -> list[tuple[Location, bool, bool, bool]]:
         """(input, is the root, root inside it, it inside the root) for each input."""
         root = real(self.root)
         return [(inp, real(inp) == root, is_within(root, real(inp)), is_within(real(inp), root)) for inp in self.inputs]
@@ -90,17 +90,17 @@ class DiskPlace:
     def has_content(self) -> bool:
         return bool(_listing(self.root))
 
-    def entries(self, node: Any) -> list[Any]:
+    def entries(self, node: Where) -> list[Location]:
         return [Path(node) / name for name in _listing(Path(node))]
 
-    def is_empty(self, node: Any) -> bool:
+    def is_empty(self, node: Where) -> bool:
         node = Path(node)
         return not node.exists() or (node.is_dir() and not _listing(node))
 
-    def exists(self, node: Any) -> bool:
+    def exists(self, node: Where) -> bool:
         return Path(node).exists()
 
-    def make_dirs(self, path: Any) -> list[Path]:
+    def make_dirs(self, path: Where) -> list[Path]:
         """mkdir -p; returns the folders it created (a concurrent run's are not ours)."""
         missing, p = [], Path(path)
         while not os.path.lexists(p):
@@ -115,7 +115,7 @@ class DiskPlace:
             made.append(d)
         return made
 
-    def contain(self, path: Any, what: str) -> Path:
+    def contain(self, path: Where, what: str) -> Path:
         path = Path(os.path.abspath(path))
         rel = os.path.relpath(path, self.root)
         if rel == ".":
@@ -125,18 +125,18 @@ class DiskPlace:
                                     "metadata paths must stay inside it")
         return inside(self.root, *Path(rel).parts, what=what)
 
-    def within(self, path: Any) -> Path | None:
+    def within(self, path: Where) -> Path | None:
         """``path`` if it resolves inside the root, else None."""
         path = Path(os.path.abspath(path))
         return path if is_within(real(path), real(self.root)) else None
 
-    def rel(self, path: Any) -> str:
+    def rel(self, path: Where) -> str:
         return os.path.relpath(path, self.root).replace(os.sep, "/")
 
-    def never_delete(self, path: Any) -> None:
+    def never_delete(self, path: Where) -> None:
         never_delete(Path(path))
 
-    def delete(self, path: Any) -> None:
+    def delete(self, path: Where) -> None:
         """A node of the output, by descriptor from the root as judged down, never through a link."""
         rel = os.path.relpath(os.path.abspath(path), self.root)
         root, identity = self._judged()
@@ -145,7 +145,7 @@ class DiskPlace:
         else:
             guard_fs.remove(root, root / rel, tree=True, identity=identity)
 
-    def discard(self, path: Any, kind: str) -> None:
+    def discard(self, path: Where, kind: str) -> None:
         """Rollback of one thing this run made (guard.py: MADE_KINDS); folders are only emptied of
         what is this run's own here: their ``rmdir`` comes in :meth:`discard_folder`."""
         path = Path(path)
@@ -164,7 +164,7 @@ class DiskPlace:
             for name in set(os.listdir(path)) - {*LOCK_FILES, guard_fs.FOLDER_MARKER}:  # the lock goes when released
                 guard_fs.remove(self.bookkeeping, path / name, tree=True, links=False)
 
-    def discard_folder(self, path: Any) -> None:
+    def discard_folder(self, path: Where) -> None:
         """A folder this run made, once the run let go of its lock: ``rmdir``, only when empty."""
         never_delete(Path(path))
         guard_fs.remove_empty(path)
@@ -187,7 +187,7 @@ class BucketPlace:
     FOREIGN = ("this prefix holds objects zarrmill did not create; zarrmill writes only into new or empty prefixes "
                "(or stores it created): choose a new output prefix")
 
-    def __init__(self, root: Any, inputs: Iterable[Any]):
+    def __init__(self, root: Where, inputs: Iterable[Where]):
         self.root = as_location(str(root).rstrip("/"))
         self.inputs = [as_location(p) for p in inputs if is_remote(p)]
         self.bookkeeping = bookkeeping_of(self.root)
@@ -202,7 +202,7 @@ class BucketPlace:
         if in_place and not self.has_content():
             raise InputNotFoundError(f"{self.root}: holds no objects; this step adds to an existing store")
 
-    def overlaps(self) -> list[tuple[Any, bool, bool, bool]]:
+    def overlaps(self) -> list[tuple[Location, bool, bool, bool]]:
         root = str(self.root) + "/"
         return [(inp, src == root, root.startswith(src), src.startswith(root))
                 for inp, src in ((i, str(i).rstrip("/") + "/") for i in self.inputs)]
@@ -213,24 +213,24 @@ class BucketPlace:
         self._first = None  # later calls list again: the store changes as the step writes
         return any(k != f"{key_of(self.root)}/{CLAIM_FILE}" for k in first)
 
-    def entries(self, node: Any) -> list[Any]:
+    def entries(self, node: Where) -> list[Location]:
         """The children of a node (one listing), the store's claim left out."""
         base = key_of(node) + "/"
         names = sorted({k[len(base):].split("/", 1)[0] for k in keys_under(node) if k.startswith(base)} - {CLAIM_FILE})
         return [as_location(str(node).rstrip("/")) / name for name in names]
 
-    def is_empty(self, node: Any) -> bool:
+    def is_empty(self, node: Where) -> bool:
         """No object under the node but, at the root, the store's claim."""
         return not [k for k in keys_under(node) if k != f"{key_of(self.root)}/{CLAIM_FILE}"]
 
-    def exists(self, node: Any) -> bool:
+    def exists(self, node: Where) -> bool:
         return has_objects(node)
 
-    def make_dirs(self, path: Any) -> list[Any]:
+    def make_dirs(self, path: Where) -> list[Location]:
         """No folders in a bucket; a prefix that holds nothing yet is remembered for rollback."""
         return [] if has_objects(path) else [as_location(str(path).rstrip("/"))]
 
-    def contain(self, path: Any, what: str) -> Any:
+    def contain(self, path: Where, what: str) -> Location:
         path = as_location(str(path).rstrip("/"))
         text, root = str(path), str(self.root)
         rel = text[len(root):].lstrip("/") if text.startswith(root) else None
@@ -239,22 +239,22 @@ class BucketPlace:
                                     "must stay inside it")
         return path
 
-    def within(self, path: Any) -> Any:
+    def within(self, path: Where) -> Location | None:
         try:
             return self.contain(path, "path")
         except UnsafeOutputError:
             return None
 
-    def rel(self, path: Any) -> str:
+    def rel(self, path: Where) -> str:
         return str(path)[len(str(self.root)):].strip("/") or "."
 
-    def never_delete(self, path: Any) -> None:
+    def never_delete(self, path: Where) -> None:
         """A bucket has no /, home or current folder."""
 
-    def delete(self, path: Any) -> None:
+    def delete(self, path: Where) -> None:
         delete_keys(self.root, keys_under(path))
 
-    def discard(self, path: Any, kind: str) -> None:
+    def discard(self, path: Where, kind: str) -> None:
         """Rollback: the keys under what this run made (a bookkeeping prefix's lock goes when it is
         released); errors ignored (a server that is gone cannot be cleaned now; the rerun resumes)."""
         try:
@@ -265,10 +265,10 @@ class BucketPlace:
         except OSError:
             pass
 
-    def discard_folder(self, path: Any) -> None:
+    def discard_folder(self, path: Where) -> None:
         """No folders in a bucket."""
 
-    def prepare(self) -> list[tuple[Any, str]]:
+    def prepare(self) -> list[tuple[Location, str]]:
         """Before a claim, once per guard: does the server refuse a second create-only put of one
         key? (No folders to make: the prefix is made by the objects put under it.)"""
         import uuid
@@ -289,7 +289,7 @@ class BucketPlace:
         return []
 
 
-def bookkeeping_of(root: Any) -> Any:
+def bookkeeping_of(root: Where) -> Location:
     """Where zarrmill keeps a store's bookkeeping: ``.<name>.zarrmill`` beside it, in its folder or
     its bucket prefix."""
     if is_remote(root):
@@ -298,5 +298,5 @@ def bookkeeping_of(root: Any) -> Any:
     return bookkeeping_dir(root)
 
 
-def place_of(root: Any, inputs: Iterable[Any] = ()) -> DiskPlace | BucketPlace:
+def place_of(root: Where, inputs: Iterable[Where] = ()) -> DiskPlace | BucketPlace:
     return BucketPlace(root, inputs) if is_remote(root) else DiskPlace(root, inputs)

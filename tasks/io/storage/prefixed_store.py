@@ -9,13 +9,17 @@ parents, asks nothing about them and writes nothing above the node. The client (
 credentials) stays one per bucket: only keys are rewritten."""
 from __future__ import annotations
 
-from typing import Any, AsyncGenerator, AsyncIterator, Iterable
+from typing import TYPE_CHECKING, AsyncGenerator, AsyncIterator, Iterable
 
 from zarr.storage import WrapperStore
 
+if TYPE_CHECKING:
+    from zarr.abc.store import ByteRequest, Store
+    from zarr.core.buffer import Buffer, BufferPrototype
+
 
 class PrefixedStore(WrapperStore):
-    def __init__(self, store: Any, prefix: str):
+    def __init__(self, store: Store, prefix: str):
         super().__init__(store)
         self.prefix = prefix.strip("/")
 
@@ -37,26 +41,28 @@ class PrefixedStore(WrapperStore):
     def __repr__(self) -> str:
         return f"PrefixedStore({self._store!r}, {self.prefix!r})"
 
-    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         return await self._store.get(self._key(key), prototype, byte_range)
 
-    async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> list[Any]:
+    async def get_partial_values(self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+                                 ) -> list[Buffer | None]:
         return await self._store.get_partial_values(prototype, [(self._key(k), r) for k, r in key_ranges])
 
     async def exists(self, key: str) -> bool:
         return await self._store.exists(self._key(key))
 
-    async def set(self, key: str, value: Any) -> None:
+    async def set(self, key: str, value: Buffer) -> None:
         await self._store.set(self._key(key), value)
 
-    async def set_if_not_exists(self, key: str, value: Any) -> None:
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         await self._store.set_if_not_exists(self._key(key), value)
 
-    async def _set_many(self, values: Iterable[tuple[str, Any]]) -> None:
+    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
         for key, value in values:
             await self.set(key, value)
 
-    async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
+    async def _get_many(self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+                        ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
         for key, prototype, byte_range in requests:
             yield key, await self.get(key, prototype, byte_range)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import zarr
 from zarr.storage import MemoryStore
@@ -20,29 +19,29 @@ from .atomic import atomic_write_bytes
 _DOCUMENTS: dict[str, dict[str, bytes]] = {}
 
 
-def _key(kwargs: dict[str, Any]) -> str:
+def _key(kwargs: dict[str, object]) -> str:
     return repr(sorted((k, repr(v)) for k, v in kwargs.items()))
 
 
-def array_documents(kwargs: dict[str, Any]) -> dict[str, bytes]:
+def array_documents(kwargs: dict[str, object]) -> dict[str, bytes]:
     """The metadata files zarr-python writes for ``zarr.create_array(**kwargs)``, by name."""
     key = _key(kwargs)
     docs = _DOCUMENTS.get(key)
     if docs is None:
-        store: dict[str, Any] = {}
+        store: dict[str, object] = {}
         zarr.create_array(MemoryStore(store), **kwargs)
         docs = _DOCUMENTS[key] = {name: buf.to_bytes() for name, buf in store.items()}
     return docs
 
 
-def write_array(path: Path, kwargs: dict[str, Any]) -> None:
+def write_array(path: Path, kwargs: dict[str, object]) -> None:
     """Create the (empty) array at ``path``: what ``zarr.create_array(path, **kwargs)`` writes."""
     path.mkdir(parents=True, exist_ok=True)
     for name, data in array_documents(kwargs).items():
         atomic_write_bytes(path / name, data, durable=False)  # as zarr's own store: no fsync
 
 
-def is_array_as_made(path: Path, kwargs: dict[str, Any]) -> bool:
+def is_array_as_made(path: Path, kwargs: dict[str, object]) -> bool:
     """``path`` holds exactly the array ``write_array`` makes with ``kwargs`` (False: it may still
     be an equivalent one; ask zarr)."""
     for name, data in array_documents(kwargs).items():

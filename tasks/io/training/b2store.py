@@ -12,7 +12,8 @@ import numpy as np
 
 from ...errors import InputError
 from ..storage.guard_fs import discard_temp, replace_file
-from ..storage.location import Location, as_location, is_remote, zarr_url
+from ..storage.location import Location, as_location, on_disk, zarr_url
+from ..storage.transfer import built_locally
 
 SLAB_BYTES = 64 * 2**20
 
@@ -44,17 +45,8 @@ def write_b2nd(path: Location, shape: Sequence[int], dtype: np.dtype, read: Call
     The file appears under its name only when complete. Returns the compressed size. In a bucket,
     the file is built in a local temporary folder (Blosc2 writes a frame in place) and sent as one
     object (multipart when large), so a reader never sees half of it."""
-    if is_remote(path):
-        import tempfile
-
-        from ..storage.object_store import put_file
-
-        with tempfile.TemporaryDirectory(prefix="zarrmill-b2nd-") as tmpdir:
-            local = Path(tmpdir) / Path(str(path)).name
-            cbytes = _write_b2nd_file(local, shape, dtype, read, chunks, blocks, params, meta)
-            put_file(path, local)
-        return cbytes
-    return _write_b2nd_file(Path(path), shape, dtype, read, chunks, blocks, params, meta)
+    with built_locally(path, prefix="zarrmill-b2nd-") as local:
+        return _write_b2nd_file(local, shape, dtype, read, chunks, blocks, params, meta)
 
 
 def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
@@ -91,7 +83,7 @@ class PatchArray:
         self.path = as_location(path)
         self._slice_into: Callable[[np.ndarray, tuple[tuple[int, ...], tuple[int, ...]]], Any] | None = None
         if self.path.suffix == ".b2nd":
-            if is_remote(self.path):
+            if on_disk(self.path) is None:
                 raise InputError(f"{self.path}: a .b2nd file is memory-mapped from local disk; copy it there first "
                                  "(a zarr set is read from a bucket as it is)")
             import blosc2

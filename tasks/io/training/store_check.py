@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from ..storage.location import as_location, is_remote, zarr_url
+from ..storage.location import as_location, zarr_url
+from ..storage.transfer import local_copy
 from .patch_table import PATCH_STATUS, TABLE_COLUMNS
 
 # a .b2nd set keeps its summary in zarrmill/ (nnU-Net takes every top-level file for a case);
@@ -143,16 +144,10 @@ def compressed_set_problems(root: Path, summary: dict[str, Any]) -> list[str]:
 
 
 def _case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
-    if fmt == "b2nd" and is_remote(path):  # memory-mapped from a local copy, as training workers read it
-        import tempfile
-
-        from ..storage.object_store import get_file
-
-        with tempfile.TemporaryDirectory(prefix="zarrmill-check-") as tmp:
-            local = Path(tmp) / path.name
-            get_file(path, local)
-            return [line.replace(str(local), str(path)) for line in _local_case_problems(local, case, fmt)]
-    return _local_case_problems(path, case, fmt)
+    if fmt != "b2nd":
+        return _local_case_problems(path, case, fmt)
+    with local_copy(path, prefix="zarrmill-check-") as local:  # memory-mapped, as training workers read it
+        return [line.replace(str(local), str(path)) for line in _local_case_problems(local, case, fmt)]
 
 
 def _local_case_problems(path: Path, case: dict[str, Any], fmt: str) -> list[str]:
