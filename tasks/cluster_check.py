@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -63,10 +64,9 @@ def run_unit(p: Params, unit: Unit) -> int:
         x += 1
     del held
     if p.record:
-        from .runtime.schedulers import SCHEDULERS
-
-        job = next((os.environ[s.job_id_variable] for s in SCHEDULERS.values()
-                    if s.job_id_variable and os.environ.get(s.job_id_variable)), None)
+        # the batch job's id, as every scheduler names it: <SCHEDULER>_JOB_ID, JOB_ID, <X>_JOBID
+        job = next((value for name, value in sorted(os.environ.items())
+                    if re.search(r"(^|_)JOB_?ID$", name) and value), None)
         where = {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "started": started,
                  "ended": time.time()}
         atomic_write_json(Path(p.output) / "units" / f"{unit['id']}.json", where)

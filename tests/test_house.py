@@ -1,8 +1,10 @@
-"""The house's rules that a reader of the code relies on: a batch scheduler lives in one module of
-``runtime/schedulers/`` (adding one touches that file only; nothing else names one), checked on a
-copy of the package with a scheduler added as one new file."""
+"""The house's rules that a reader of the code relies on (docs/development.md, "The house"):
+imports only go down the layers; a batch scheduler lives in one module of ``runtime/schedulers/``
+(adding one touches that file only; nothing else names one), checked on a copy of the package with
+a scheduler added as one new file; nothing outside io/storage asks whether a location is remote."""
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -15,6 +17,71 @@ from zarrmill.runtime.schedulers import SCHEDULERS
 
 PACKAGE = Path(zarrmill.__file__).resolve().parent
 SCHEDULERS_DIR = PACKAGE / "runtime" / "schedulers"
+
+
+# bottom to top: a module imports from its own layer or those below, never from one above
+LAYERS = [
+    ("errors", ["errors", "secret_text"]),
+    ("storage", ["io.storage"]),
+    ("formats", ["io.ngff", "io.training"]),
+    ("readers", ["io.readers"]),
+    ("synthetic data", ["io.synthetic"]),
+    ("task contract", ["runtime.contract", "runtime.budget", "runtime.unit_stream"]),
+    ("tasks", ["*"]),  # the task modules: every top-level module of the package
+    ("runtime", ["runtime", "__main__"]),  # engine, executors, schedulers, workflows, command line
+]
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            hit = prefix == "*" and "." not in module or module == prefix or module.startswith(prefix + ".")
+            if hit and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    assert best is not None, module
+    return best
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """Modules of the package ``path`` imports (at the top or inside functions), with line numbers."""
+    module, out = _module(path), []
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1] + ([node.module] if node.module else [])
+                target = ".".join(base)
+            elif (node.module or "").startswith("zarrmill."):
+                target = node.module[len("zarrmill."):]
+            else:
+                continue
+            names = [f"{target}.{a.name}" if target else a.name for a in node.names]
+            out += [(n if (PACKAGE / n.replace(".", "/")).with_suffix(".py").exists()
+                     or (PACKAGE / n.replace(".", "/")).is_dir() else target, node.lineno) for n in names]
+    return [(t, line) for t, line in out if t]
+
+
+def test_imports_only_go_down_the_layers():
+    upward = []
+    for path in _sources_outside(PACKAGE / "nonexistent"):
+        mine = _layer(_module(path))
+        for target, line in _imports(path):
+            if _layer(target) > mine:
+                upward.append(f"{path.relative_to(PACKAGE)}:{line}: {LAYERS[mine][0]} imports {target} "
+                              f"({LAYERS[_layer(target)][0]})")
+    assert not upward, "\n".join(upward)
+
+
+def test_only_io_storage_asks_whether_a_location_is_remote():
+    found = [f"{f.relative_to(PACKAGE)}:{i}" for f in _sources_outside(PACKAGE / "io" / "storage")
+             for i, line in enumerate(f.read_text().splitlines(), 1) if "is_remote" in line]
+    assert not found, found
 
 
 def _sources_outside(folder: Path) -> list[Path]:
@@ -37,7 +104,7 @@ class OAR(Scheduler):
     kind, label = "oar", "OAR"
     cluster_class, job_module, job_class = "OARCluster", "dask_jobqueue.oar", "OARJob"
     submit_command, cancel_command = "oarsub", "oardel"
-    rank, job_id_variable = 6, "OAR_JOB_ID"
+    rank = 6
     settings_help = "oar: OARCluster settings (queue, project, cores, memory, walltime, ...)"
     directive, job_id_token = "#OAR", "%jobid%"
 

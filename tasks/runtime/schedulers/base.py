@@ -36,7 +36,6 @@ class Scheduler:
     settings_help = ""  # what executor.<kind> holds (the workflow file's reference)
     # the variable the scheduler sets to the CPUs it granted a job (runtime/machine.py)
     allocated_cpus_variable = ""
-    job_id_variable = ""  # the variable holding the job's id, in a job's processes
     cluster_class = ""  # the dask_jobqueue cluster class
     job_module, job_class = "", ""  # its job class, for job scripts without a cluster
     submit_command, cancel_command = "", ""

@@ -31,7 +31,6 @@ class LSF(Scheduler):
     submit_command, cancel_command = "bsub", "bkill"
     walltime_forms = "HH:MM, HH:MM:SS or minutes"  # made HH:MM (lsf_walltime)
     rank, allocated_cpus_variable = 4, "LSB_DJOB_NUMPROC"  # (LSB_MAX_MEM_RUSAGE is a use, not a limit)
-    job_id_variable = "LSB_JOBID"
     settings_help = "lsf: LSFCluster settings (queue, project, cores, memory, walltime as HH:MM, ...), over jobqueue.lsf"
 
     def _two_part_seconds(self, first: float, second: float) -> float:

@@ -15,7 +15,6 @@ class PBS(Scheduler):
     walltime_pattern = r"\d+(:\d{1,2}){0,2}(\.\d+)?"  # [[hours:]minutes:]seconds[.milliseconds]
     directive, job_id_token = "#PBS", ""  # PBS does not put the job id into -o paths
     rank, allocated_cpus_variable = 3, "NCPUS"
-    job_id_variable = "PBS_JOBID"
     settings_help = ("pbs: PBSCluster settings (queue, account, resource_spec, cores, memory, walltime, ...), over "
                      "jobqueue.pbs")
 

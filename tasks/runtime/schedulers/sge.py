@@ -33,7 +33,6 @@ class SGE(Scheduler):
     submit_command, cancel_command = "qsub", "qdel"
     ended_states = frozenset({"FAILED", "COMPLETED"})
     rank, allocated_cpus_variable = 2, "NSLOTS"
-    job_id_variable = "JOB_ID"
     settings_help = ("sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
                      "dask-jobqueue's jobqueue.sge config")
 

@@ -119,7 +119,6 @@ class SLURM(Scheduler):
     walltime_pattern = r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE"
     walltime_forms = "HH:MM:SS, D-HH:MM:SS or minutes"
     rank, allocated_cpus_variable = 1, "SLURM_CPUS_ON_NODE"
-    job_id_variable = "SLURM_JOB_ID"
     settings_help = ("slurm: SLURMCluster settings (queue, account, cores, memory, walltime, processes, "
                      "job_extra_directives, job_script_prologue, interface, log_directory, ...); they override "
                      "dask-jobqueue's own config (jobqueue.yaml, DASK_JOBQUEUE__SLURM__* variables)")
