@@ -31,8 +31,8 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError, warn
-from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array,
-                                write_region)
+from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, fresh_node, open_for_write,
+                                open_input_array, write_region)
 from .io.storage.chunk_read import read_chunk
 from .io.training.patch_table import PATCH_STATUS
 from .io.training.cuboids import (
@@ -270,8 +270,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     ensure_array(out, "patches", spec, ctx)
     ensure_group(out / "table", 3, ctx)
     for name, values in req.items():
-        col = zarr.create_array(zarr_url(out / "table" / name), shape=values.shape, dtype=values.dtype,
-                                chunks=values.shape, overwrite=True)
+        col = zarr.create_array(zarr_url(fresh_node(out / "table" / name, ctx)), shape=values.shape,
+                                dtype=values.dtype, chunks=values.shape)
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
     layer = req["origin"][:, 0] // arr.chunks[-n_space] if n_space == 3 else np.zeros(n, np.int64)
