@@ -1,7 +1,8 @@
 """The guard's hands on disk: every delete, rename and walk zarrmill makes, judged at the moment it
 acts. The rules of what may go live in guard.py and paths.py; this module is where they touch the
-file system, the only one in the package that calls unlink, rmdir, rmtree or rename (a test walks
-the source and holds it to that: tests/test_deletes_in_one_place.py).
+file system, with guard_empty.py (a failed plan's store emptied of the user's own files) the only
+modules in the package that call unlink, rmdir, rmtree or rename (a test walks the source and
+holds them to that: tests/test_deletes_in_one_place.py).
 
 - A folder zarrmill keeps for itself (a store's ``.<name>.zarrmill``, a build store, scratch) is
   judged with ``lstat``: a real folder (never a symlink), owned by the running user, carrying
@@ -202,74 +203,6 @@ def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: boo
         return remove_entry(fd, parts[-1], tree, links, where=path)
     finally:
         os.close(fd)
-
-
-def empty_own(base: os.PathLike[str] | str, identity: tuple[int, int] | None, below: str = ".") -> list[str]:
-    """Rollback of a store (or, ``below``, a node of it) this run created: every file and link
-    under it that the running user owns goes, deepest first, and every folder left empty (the node
-    itself too); what belongs to anyone else stays (with the folders holding it). Returns what was
-    left, relative to ``base``."""
-    root = open_judged(base, identity)
-    parts = [p for p in Path(below).parts if p != "."]
-    left: list[str] = []
-    try:
-        parent = open_below(root, parts[:-1]) if parts else os.dup(root)
-    except (FileNotFoundError, NotADirectoryError):
-        os.close(root)
-        return left
-    os.close(root)
-    try:
-        if parts and not _lstat_is_dir(parent, parts[-1]):  # a node that is one file (or gone)
-            if _owned_entry(parent, parts[-1]):
-                os.unlink(parts[-1], dir_fd=parent)
-            elif _exists_at(parent, parts[-1]):
-                left.append(below)
-            return left
-        fd = open_below(parent, parts[-1:]) if parts else os.dup(parent)
-        try:
-            for dirpath, dirs, files, dfd in os.fwalk(".", topdown=False, follow_symlinks=False, dir_fd=fd):
-                for name in files + [d for d in dirs if _is_link(dfd, d)]:
-                    if _owned_entry(dfd, name):
-                        os.unlink(name, dir_fd=dfd)
-                    else:
-                        left.append(os.path.normpath(os.path.join(below, dirpath, name)))
-                for name in dirs:
-                    try:
-                        os.rmdir(name, dir_fd=dfd)
-                    except OSError:  # holds something that is not this run's (or a link, kept above)
-                        pass
-        finally:
-            os.close(fd)
-        if parts:
-            try:
-                os.rmdir(parts[-1], dir_fd=parent)
-            except OSError:
-                pass
-    finally:
-        os.close(parent)
-    return left
-
-
-def _lstat_is_dir(fd: int, name: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def _exists_at(fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=fd, follow_symlinks=False)
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def _owned_entry(fd: int, name: str) -> bool:
-    try:
-        return os.stat(name, dir_fd=fd, follow_symlinks=False).st_uid == os.geteuid()
-    except FileNotFoundError:
-        return False
 
 
 def identity_of(path: os.PathLike[str] | str) -> tuple[int, int] | None:

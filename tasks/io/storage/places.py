@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
-from . import guard_fs
+from . import guard_empty, guard_fs
 from .backend import DiskBackend, ObjectBackend
 from .location import as_location, is_remote, key_of
 from .object_store import delete_keys, has_objects, keys_under, probe_prefix
@@ -168,10 +168,10 @@ class DiskPlace:
         elif kind == "file":
             guard_fs.remove(root, root / os.path.relpath(path, self.root), tree=False, identity=identity)
         elif kind == "node":  # what the plan wrote there goes; a colleague's file written into it meanwhile stays
-            for name in guard_fs.empty_own(root, identity, below=os.path.relpath(path, self.root)):
+            for name in guard_empty.empty_own(root, identity, below=os.path.relpath(path, self.root)):
                 warn(self.root / name, "not this run's (another user's), so the rollback left it and its folders")
         elif kind == "store" and identity is not None:
-            for name in guard_fs.empty_own(root, identity):
+            for name in guard_empty.empty_own(root, identity):
                 warn(self.root / name, "not this run's (another user's), so the rollback left it and its folders")
         elif kind == "own" and guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder") \
                 and guard_fs.lstat_dir(path):
