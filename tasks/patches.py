@@ -54,11 +54,13 @@ STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_t
 
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
-EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "cuboids.zarr", "points": "cells.csv",
-                      "cuboid": [8, 32, 32], "network_voxel_size": [2, 1, 1]},
-           "after": "generate",
-           "note": "`cells.csv` holds one point a line, `z,y,x` in voxels of `brain.ome.zarr` (a header "
-                   "line `z,y,x` first; a fourth column `label` is kept with each patch)."}
+EXAMPLE = {"params": {"input": "organ/brain.ome.zarr", "output": "cuboids.zarr", "points": "organ/cells.xml",
+                      "cuboid": [8, 16, 16], "network_voxel_size": [2, 1, 1], "voxel_size": [2, 1, 1]},
+           "sample": ["organ-points", "organ"],
+           "note": "Your own points may be a CSV instead: one point a line, `z,y,x` in voxels of the image "
+                   "(a header line `z,y,x` first; a fourth column `label` is kept with each patch). On the "
+                   "small sample about half the cuboids cross the image's edge: a warning line counts the "
+                   "ones `edge: drop` leaves out."}
 
 
 class Params(TaskParams):
