@@ -263,6 +263,16 @@ def fat_drive(tmp_path):
 _SESSION_START = time.monotonic()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under ``-n 2 --dist loadgroup`` (.ci/run), the tests of one real scheduler run one after
+    another on one worker: they share its slots and watch its queue by job name. Everything else
+    spreads over the workers."""
+    for item in items:
+        for service in ("slurm", "sge"):
+            if service in getattr(item, "fixturenames", ()) or item.get_closest_marker(service):
+                item.add_marker(pytest.mark.xdist_group(service))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Under CI, a run of the whole suite that took longer than tests/ci-budget.json allows fails:
     the suite's time is held to a budget, so CI stays well inside its limit."""
