@@ -157,7 +157,8 @@ def _non_negative_days(text: str) -> float:
 
 def _add_set(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a value (workflow: executor.kind=slurm, steps.S.params.X=..; task: X=..)")
+                   help="override a value (workflow: executor.kind=slurm, steps.S.params.X=..; task: X=.., "
+                        "executor.slurm.memory=8GB)")
 
 
 def main(argv: list[str] | None = None) -> int:

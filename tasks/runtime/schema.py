@@ -68,7 +68,7 @@ def task_help(task: Task) -> str:
     from .kinds import EXECUTOR_KINDS
 
     usage = (f"usage: zarrmill task {task.name} --set PARAM=VALUE ... [--params FILE] "
-             f"[--executor {{{','.join(EXECUTOR_KINDS)}}}] [--overwrite]")
+             f"[--executor {{{','.join(EXECUTOR_KINDS)}}}] [--set executor.KIND.SETTING=VALUE] [--overwrite]")
     lines = [usage, "", task_params_help(task), "", "example:", f"  {example_command(task)}"]
     example = module_example(task) or {}
     if example.get("sample"):
