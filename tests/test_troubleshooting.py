@@ -26,6 +26,8 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
                                                  "    walltime: soon\nsteps:\n  ingest:\n    task: ingest\n"
                                                  "    params: {input: raw, output: p.zarr}\n"}),
     "no workflow file": (["run", "nofile.yaml"], {}),
+    "misspelt workflow key": (["run", "wf.yaml"], {"wf.yaml": "name: t\nstpes:\n  a: {task: ingest}\n"}),
+    "misspelt option": (["run", "wf.yaml", "--dyr-run"], {"wf.yaml": "name: t\nsteps: {}\n"}),
     "unknown sample": (["sample-data", "plates", "s"], {}),
     "output inside input": ([*INGEST, "--set", "output=raw/p.zarr"], {}),
     "a file on the output's path": ([*INGEST, "--set", "output=afile/p.zarr"], {"afile": "x\n"}),
