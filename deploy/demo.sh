@@ -3,8 +3,8 @@
 #   bash deploy/demo.sh            # outputs in ./zarrmill-demo
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+WHO=deploy/demo.sh; source deploy/python-venv.sh  # a supported Python (PYTHON=...), ./.venv made anew if another Python made it
+fresh_venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e .
 .venv/bin/zarrmill run workflows/demo.yaml "$@"

@@ -38,10 +38,11 @@ UNIT_MB = 64
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
-EXAMPLE = {"params": {"input": "cells.npy", "image": "brain.ome.zarr", "name": "cells", "min_size": 64},
-           "after": "generate",
-           "note": "`cells.npy` is a segmentation of `brain.ome.zarr`: integers (0 = background), "
-                   "shape (64, 256, 256), z, y, x."}
+EXAMPLE = {"params": {"input": "organ/segmentation.npy", "image": "organ/brain.ome.zarr", "name": "cells",
+                      "min_size": 32},
+           "sample": ["organ-points", "organ"],
+           "note": "`segmentation.npy` is a segmentation of `brain.ome.zarr`: integers (0 = background), "
+                   "shape (24, 96, 96), z, y, x; it is written to `organ/brain.ome.zarr/labels/cells`."}
 
 
 class Params(TaskParams):

@@ -31,8 +31,8 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError, warn
-from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, open_for_write, open_input_array,
-                                write_region)
+from .io.storage.arrays import (ArraySpec, Codec, ensure_array, ensure_group, fresh_node, open_for_write,
+                                open_input_array, write_region)
 from .io.storage.chunk_read import read_chunk
 from .io.training.patch_table import PATCH_STATUS
 from .io.training.cuboids import (
@@ -54,11 +54,13 @@ STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_t
 
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
-EXAMPLE = {"params": {"input": "brain.ome.zarr", "output": "cuboids.zarr", "points": "cells.csv",
-                      "cuboid": [8, 32, 32], "network_voxel_size": [2, 1, 1]},
-           "after": "generate",
-           "note": "`cells.csv` holds one point a line, `z,y,x` in voxels of `brain.ome.zarr` (a header "
-                   "line `z,y,x` first; a fourth column `label` is kept with each patch)."}
+EXAMPLE = {"params": {"input": "organ/brain.ome.zarr", "output": "cuboids.zarr", "points": "organ/cells.xml",
+                      "cuboid": [8, 16, 16], "network_voxel_size": [2, 1, 1], "voxel_size": [2, 1, 1]},
+           "sample": ["organ-points", "organ"],
+           "note": "Your own points may be a CSV instead: one point a line, `z,y,x` in voxels of the image "
+                   "(a header line `z,y,x` first; a fourth column `label` is kept with each patch). On the "
+                   "small sample about half the cuboids cross the image's edge: a warning line counts the "
+                   "ones `edge: drop` leaves out."}
 
 
 class Params(TaskParams):
@@ -270,8 +272,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     ensure_array(out, "patches", spec, ctx)
     ensure_group(out / "table", 3, ctx)
     for name, values in req.items():
-        col = zarr.create_array(zarr_url(out / "table" / name), shape=values.shape, dtype=values.dtype,
-                                chunks=values.shape, overwrite=True)
+        col = zarr.create_array(zarr_url(fresh_node(out / "table" / name, ctx)), shape=values.shape,
+                                dtype=values.dtype, chunks=values.shape)
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
     layer = req["origin"][:, 0] // arr.chunks[-n_space] if n_space == 3 else np.zeros(n, np.int64)

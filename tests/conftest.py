@@ -115,7 +115,7 @@ def zarrmill_subprocess(*args: str, cwd: Path | None = None, **kw) -> subprocess
 @pytest.fixture(scope="session")
 def slurm() -> str:
     """A running single-node SLURM; partition name. Tests never start it (that installs packages and
-    writes /etc/slurm): tests/run and .ci/run do, before pytest. Under CI a missing SLURM fails the
+    writes /etc/slurm): tests/run --services and .ci/run do, before pytest. Under CI a missing SLURM fails the
     run; elsewhere the SLURM tests skip."""
     def up() -> bool:
         return shutil.which("sbatch") is not None and subprocess.run(
@@ -130,7 +130,7 @@ def slurm() -> str:
 
 @pytest.fixture(scope="session")
 def sge() -> str:
-    """A running one-node Grid Engine; queue name. Tests never start it: tests/run does, as root
+    """A running one-node Grid Engine; queue name. Tests never start it: tests/run --services does, as root
     (deploy/sge-local/start-sge.sh). Under CI a missing Grid Engine fails the run; elsewhere the
     Grid Engine tests skip."""
     os.environ.setdefault("SGE_ROOT", "/var/lib/gridengine")
@@ -139,7 +139,7 @@ def sge() -> str:
         ["qstat", "-f"], capture_output=True, text=True).stdout.count("all.q@") > 0
     if not up:
         if IN_CI:
-            pytest.fail("Grid Engine is not running; tests/run must start it (deploy/sge-local/start-sge.sh)")
+            pytest.fail("Grid Engine is not running; `bash tests/run --services` starts it (deploy/sge-local/start-sge.sh)")
         pytest.skip("no Grid Engine here (run deploy/sge-local/start-sge.sh as root)")
     return "all.q"
 
@@ -208,7 +208,7 @@ def _fuse_tools(*names: str) -> None:
     why = f"{', '.join(missing)} not installed" if missing else "FUSE mounts need root" if os.geteuid() else ""
     if why:
         if IN_CI:
-            pytest.fail(f"{why}; tests/run installs bindfs, fusefat and dosfstools as root", pytrace=False)
+            pytest.fail(f"{why}; `bash tests/run --services` installs bindfs, fusefat and dosfstools as root", pytrace=False)
         pytest.skip(why)
 
 
@@ -261,6 +261,16 @@ def fat_drive(tmp_path):
 
 
 _SESSION_START = time.monotonic()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``-n 2 --dist loadgroup`` (.ci/run), the tests of one real scheduler run one after
+    another on one worker: they share its slots and watch its queue by job name. Everything else
+    spreads over the workers."""
+    for item in items:
+        for service in ("slurm", "sge"):
+            if service in getattr(item, "fixturenames", ()) or item.get_closest_marker(service):
+                item.add_marker(pytest.mark.xdist_group(service))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -11,7 +11,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tasks"
 # the guard's hands: the only modules that call the file system's or the bucket's deletes
-GUARD = {"io/storage/guard_fs.py"}
+GUARD = {"io/storage/guard_fs.py", "io/storage/guard_empty.py"}
 # (module, function) -> why it may call a delete itself
 ALLOWED = {
     ("io/storage/object_store.py", "delete_keys"): "the S3 DeleteObjects request itself, called only by the "
@@ -45,6 +45,8 @@ def _deletes(tree: ast.AST) -> list[tuple[int, str, str]]:
 
 def _delete_call(call: ast.Call) -> str | None:
     f = call.func
+    if any(k.arg == "overwrite" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords):
+        return "a call with overwrite=True (the library deletes what stands there, unasked)"
     strings = [a.value.lower() for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     if any(s in S3_DELETES for s in strings):
         return f"a {strings[0]} request"
@@ -58,11 +60,21 @@ def _delete_call(call: ast.Call) -> str | None:
     positional = [a for a in call.args if not isinstance(a, ast.Starred)]
     if f.attr in ("rename", "replace") and len(positional) == 1 and not call.keywords:  # Path.rename/replace
         return f"….{f.attr}(target)"  # (str.replace takes two arguments)
-    if f.attr == "rm":
-        return "….rm"  # fsspec's delete
+    if f.attr in ("rm", "mv"):
+        return f"….{f.attr}"  # fsspec's delete and move
     if f.attr in ("delete", "delete_dir") and isinstance(f.value, ast.Attribute) and f.value.attr in ("_store", "store"):
         return f"….{f.value.attr}.{f.attr}"  # a zarr store's delete
     return None
+
+
+def _aliased_deletes(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """``from os import remove`` (or ``shutil``'s, renamed or not): a delete by another name."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil"):
+            out += [(node.lineno, "<module>", f"from {node.module} import {a.name}") for a in node.names
+                    if (node.module, a.name) in ON_MODULE or a.name in ALWAYS]
+    return out
 
 
 def _offenders() -> list[str]:
@@ -71,7 +83,8 @@ def _offenders() -> list[str]:
         rel = path.relative_to(PACKAGE).as_posix()
         if rel in GUARD:
             continue
-        for line, func, what in _deletes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for line, func, what in _deletes(tree) + _aliased_deletes(tree):
             if (rel, func) not in ALLOWED:
                 found.append(f"tasks/{rel}:{line} in {func}(): {what}")
     return found

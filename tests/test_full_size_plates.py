@@ -247,6 +247,23 @@ def _two_step_workflow(tmp_path: Path) -> Path:
     return wf
 
 
+def test_a_dry_run_of_a_finished_workflow_with_relative_paths_sizes_every_step(tmp_path):
+    """The demo's case: outputs spelt ``./out/...``, the run finished. The in-place step is planned on
+    the earlier step's scratch output (however the path is spelt), never on the finished store,
+    whose levels would stop its plan."""
+    _plate(tmp_path)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("name: sized\nexecutor: {kind: sync}\nsteps:\n  ingest:\n    task: ingest\n    params: "
+                  "{input: ./raw, output: ./out/plate.zarr}\n  pyr:\n    task: pyramid\n"
+                  "    needs: [ingest]\n    params: {input: ./out/plate.zarr, levels: 2, min_size: 1}\n")
+    done = zarrmill_subprocess("run", wf, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    dry = zarrmill_subprocess("run", wf, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "pyr: input is made by step ingest" in dry.stdout, dry.stdout
+    assert "already has" not in dry.stderr + dry.stdout
+
+
 def test_a_dry_run_leaves_the_temporary_folder_as_it_was(tmp_path, monkeypatch):
     wf = _two_step_workflow(tmp_path)
     tmp = tmp_path / "tmp"

@@ -3,7 +3,7 @@ generated data, the site builds with warnings as errors and no broken internal l
 reference pages list every parameter ``zarrmill schema`` lists (a parameter added to a task is
 there with no edit to the docs).
 
-How examples are run: a getting-started page runs exactly as written, in an empty folder that holds
+How examples are run: a getting-started page (and the README) runs exactly as written, in an empty folder that holds
 only the clone's ``workflows/`` (the pages run from the folder you cloned): its own ``zarrmill
 sample-data`` lines make its inputs, and nothing else is made for it. Every other page gets a fresh
 folder holding the sample data its examples name, made by the same command (``raw/`` and
@@ -185,7 +185,7 @@ def _page_id(page: Path) -> str:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(p)], ids=_page_id)
 def test_every_example_on_the_page_runs(page, tmp_path, request):
-    if GETTING_STARTED in page.parents:  # as pasted: the page's own sample-data lines make its inputs
+    if GETTING_STARTED in page.parents or page == REPO / "README.md":  # as pasted: its own sample-data lines
         cwd = _clone_view(tmp_path / "work")
     else:
         cwd = _sandbox(request.getfixturevalue("samples"), tmp_path / "work")

@@ -329,6 +329,7 @@ def test_a_failed_plan_in_a_bucket_keeps_a_colleagues_object(cli, bucket, s3env,
         real_plan(p, ctx)
         fs.pipe_file(f"{bucket}/new/plate.zarr/colleague.csv", b"well,count\n")
         fs.pipe_file(f"{bucket}/new/other/results.csv", b"a,b\n")
+        fs.pipe_file(f"{bucket}/new/plate.zarr/0/colleague.csv", b"well,count\n")  # in a node the plan made
         from zarrmill.errors import InputError
         raise InputError(f"{p.output}: the plan failed on purpose")
 
@@ -338,6 +339,8 @@ def test_a_failed_plan_in_a_bucket_keeps_a_colleagues_object(cli, bucket, s3env,
     left = s3env.objects(bucket)
     assert left["new/other/results.csv"] == b"a,b\n"
     assert left["new/plate.zarr/colleague.csv"] == b"well,count\n"
+    assert left["new/plate.zarr/0/colleague.csv"] == b"well,count\n"
+    assert "new/plate.zarr/0/zarr.json" not in left  # what the plan wrote there went
 
 
 def test_a_link_at_the_error_log_is_never_appended_through(cli, tmp_path, patch_task):
@@ -406,3 +409,69 @@ def test_a_link_someone_else_made_at_the_output_path_is_refused(cli, tmp_path):
     assert code == 2, err
     _one_line(err, "symbolic link", "user id 65534")
     assert changes(before, snapshot(precious)) == []
+
+
+def test_a_failed_plan_keeps_a_colleagues_file_written_into_a_node_it_made(cli, tmp_path, patch_task):
+    out = tmp_path / "shared" / "plate.zarr"
+    real_plan = generate.plan
+
+    def plan_then_fail(p, ctx):
+        real_plan(p, ctx)  # the image's array "0" is made: a folder of the run's
+        theirs = out / "0" / "colleague.csv"
+        theirs.write_text("well,count\n")
+        os.chown(theirs, 65534, 65534)  # another user's, as on a shared folder
+        from zarrmill.errors import InputError
+        raise InputError(f"{p.output}: the plan failed on purpose")
+
+    patch_task("plan", plan_then_fail)
+    code, _, err = _generate(cli, out)
+    assert code == 2, err
+    assert (out / "0" / "colleague.csv").read_text() == "well,count\n"
+    assert not (out / "0" / "zarr.json").exists() and not (out / "zarr.json").exists()  # the run's own went
+    assert "not this run's" in err
+
+
+def test_a_run_the_lock_refuses_leaves_the_running_ones_store_untouched(tmp_path):
+    """Cron fired twice: run B makes the store's folders, run A takes the lock first and writes;
+    B, refused by the lock, withdraws without touching anything A uses."""
+    from zarrmill.errors import OutputLockedError
+    from zarrmill.io.storage.guard import open_guard
+    from zarrmill.runtime import engine
+
+    root = tmp_path / "shared" / "plate.zarr"
+    (tmp_path / "shared").mkdir()
+    second = open_guard(root)
+    second.check()
+    second.prepare()  # B made the store and its bookkeeping folder
+    first = open_guard(root)
+    first.check()
+    lock = engine._lock_output("gen", first)
+    try:
+        first.claim("gen")
+        first.make_dirs(root / "0")
+        (root / "0" / "chunk").write_bytes(b"A's data")
+        first.make_dirs(first.bookkeeping / "steps" / "gen")
+        (first.bookkeeping / "steps" / "gen" / "step.json").write_text("{}")
+        before = snapshot(tmp_path)
+        with pytest.raises(OutputLockedError):
+            engine._lock_output("gen", second)
+        assert changes(before, snapshot(tmp_path)) == []
+        assert first.owned()
+    finally:
+        lock.release()
+
+
+def test_a_link_someone_else_made_on_the_way_to_the_output_is_refused(cli, tmp_path):
+    """A colleague's link at a folder the output is made under (``shared/new`` -> their folder):
+    nothing is created through it."""
+    shared, theirs = tmp_path / "shared", tmp_path / "theirs"
+    shared.mkdir()
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine\n")
+    os.symlink(theirs, shared / "new")
+    os.chown(shared / "new", 65534, 65534, follow_symlinks=False)
+    before = snapshot(tmp_path)
+    code, _, err = _generate(cli, shared / "new" / "plate.zarr")
+    assert code == 2, err
+    _one_line(err, "runs through", "symbolic link", "user id 65534")
+    assert changes(before, snapshot(tmp_path)) == []

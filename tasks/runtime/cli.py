@@ -6,8 +6,10 @@ import argparse
 import errno
 import logging
 import os
+import re
 import sys
 import time
+from typing import Any
 
 from .. import __version__
 from ..errors import ZarrmillError, did_you_mean
@@ -16,11 +18,26 @@ from .kinds import EXECUTOR_KINDS
 from .schedulers import BATCH_KINDS, DEFAULT_BATCH_KIND, SCHEDULERS
 
 
+OPTIONS: set[str] = set()  # every option of every command (OneLineParser.add_argument)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """A usage error is one line like every other error (the usage is one --help away)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"zarrmill: error: {message} (see: {self.prog} --help)\n")
+        self.exit(2, f"zarrmill: error: {message}{self._closest_option(message)} (see: {self.prog} --help)\n")
+
+    def _closest_option(self, message: str) -> str:
+        """``; did you mean '--dry-run'?`` for a misspelt option (argparse names none; it reports a
+        command's leftovers at the top, so every command's options are candidates)."""
+        given = re.match(r"unrecognized arguments: (--?[\w-]+)", message)
+        hint = did_you_mean(given.group(1), sorted(OPTIONS)) if given else ""
+        return f"; {hint}" if hint else ""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        OPTIONS.update(action.option_strings)
+        return action
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         """An invalid choice (a command, ``--executor``, ``--scheduler``) names the closest one."""
@@ -158,7 +175,8 @@ def _non_negative_days(text: str) -> float:
 
 def _add_set(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a value (workflow: executor.kind=KIND, steps.S.params.X=..; task: X=..)")
+                   help="override a value (workflow: executor.kind=KIND, steps.S.params.X=..; task: X=.., "
+                        "executor.KIND.SETTING=..)")
 
 
 def main(argv: list[str] | None = None) -> int:

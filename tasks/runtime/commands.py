@@ -69,7 +69,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 @command("task")
 def cmd_task(args: argparse.Namespace) -> int:
-    from .workflow import apply_set
     from .yamlpos import Located, load_located
 
     get_task(args.name)  # unknown task -> clear error before reading anything
@@ -80,26 +79,38 @@ def cmd_task(args: argparse.Namespace) -> int:
     else:
         doc = Located({}, "--set", {})
     params = dict(doc.data)
-    for item in args.set:
-        apply_set(params, item)
-    run_single_task(args.name, params, args.executor, args.overwrite, doc)
+    executor = apply_task_sets(params, args.set, args.executor)
+    run_single_task(args.name, params, executor, args.overwrite, doc)
     return 0
 
 
-def run_single_task(name: str, params: dict, executor: str, overwrite: bool, doc: Located | None = None) -> None:
+def apply_task_sets(params: dict, sets: list[str], kind: str) -> dict:
+    """``--set`` of ``zarrmill task`` and ``follow``: ``KEY=VALUE`` into the task's parameters,
+    ``executor.KEY=VALUE`` into the executor mapping (returned), as a workflow file has them."""
+    from .workflow import apply_set
+
+    settings: dict = {"executor": {"kind": kind}}
+    for item in sets:
+        apply_set(settings if item.startswith("executor.") else params, item)
+    return settings["executor"]
+
+
+def run_single_task(name: str, params: dict, executor: str | dict, overwrite: bool,
+                    doc: Located | None = None) -> None:
     """One task as a one-step workflow: same validation, ledger, resume and errors as a workflow."""
     from .runner import run_workflow
 
     run_workflow(single_task_workflow(name, params, executor, doc), overwrite=overwrite)
 
 
-def single_task_workflow(name: str, params: dict, executor: str, doc: Located | None = None) -> Workflow:
-    """One task as a one-step workflow, validated as a workflow file is."""
+def single_task_workflow(name: str, params: dict, executor: str | dict, doc: Located | None = None) -> Workflow:
+    """One task as a one-step workflow, validated as a workflow file is. ``executor``: a kind, or the
+    workflow's ``executor`` mapping (``--set executor.KEY=VALUE`` on ``zarrmill task``)."""
     from .workflow import Workflow, build_workflow
     from .yamlpos import Located
 
     doc = doc or Located({}, "command line", {})
-    located = Located({"name": name, "executor": {"kind": executor},
+    located = Located({"name": name, "executor": {"kind": executor} if isinstance(executor, str) else executor,
                        "steps": {name: {"task": name, "params": params}}},
                       doc.source, {("steps", name, "params") + k: v for k, v in doc.positions.items()})
     try:

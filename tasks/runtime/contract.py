@@ -15,8 +15,9 @@ A task is a module with:
 - optional ``WORKERS = THREADS``: its units spend their time outside the GIL (file reads, numpy,
   Blosc), so the local executor runs them on threads in one process;
 - optional ``EXAMPLE``: ``{"params": {...}}`` with parameters that run as they are (optionally
-  ``"after"``: the task whose example writes this one's input, and ``"note"``: what else it
-  reads); the manual shows it as a workflow file and a command line.
+  ``"after"``: the task whose example writes this one's input, ``"sample"``: ``[NAME, DEST]`` of
+  the ``zarrmill sample-data`` that writes it, and ``"note"``: what else it reads); the manual
+  shows it as a workflow file and a command line.
 
 The module docstring is the task's user documentation (``zarrmill tasks NAME``).
 """

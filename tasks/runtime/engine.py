@@ -129,7 +129,7 @@ def _lock_output(step: str, guard: OutputGuard) -> Lease:
     try:
         lock.acquire()
     except Locked as err:
-        guard.rollback()
+        guard.withdraw()  # without the lock nothing of the output is ours to delete
         guard.remove_made_folders()
         raise OutputLockedError(f"{guard.root}: another zarrmill run is writing this output ({err}); wait for "
                                 "it to end, or choose another output") from None

@@ -39,18 +39,16 @@ def _seconds(text: str, least: float = 0.0) -> float:
 
 def cmd_follow(args: argparse.Namespace) -> int:
     from ..ingest_follow import Follower, FollowSettings
-    from .commands import single_task_workflow
+    from .commands import apply_task_sets, single_task_workflow
     from .runner import run_workflow
-    from .workflow import apply_set
     from .yamlpos import Located, load_located
 
     doc = load_located(Path(args.params), "parameter file") if args.params else Located({}, "--set", {})
     if not isinstance(doc.data, dict):
         raise ConfigError(f"{args.params}: expected a mapping of ingest's parameter names to values")
     params = dict(doc.data)
-    for item in args.set:
-        apply_set(params, item)
+    executor = apply_task_sets(params, args.set, args.executor)
     settings = FollowSettings(poll_seconds=args.poll, settle_seconds=args.settle, quiet_seconds=args.quiet)
-    wf = single_task_workflow("ingest", params, args.executor, doc)
+    wf = single_task_workflow("ingest", params, executor, doc)
     run_workflow(wf, overwrite=args.overwrite, growing=lambda p: Follower(p, settings))
     return 0

@@ -70,7 +70,8 @@ def task_page(name: str, schema: dict[str, Any]) -> str:
 
 def task_example(name: str) -> dict[str, Any] | None:
     """The task module's ``EXAMPLE``: ``params`` (a runnable set of parameters), optionally ``after``
-    (the task whose example writes this one's input) and ``note`` (what else it reads)."""
+    (the task whose example writes this one's input), ``sample`` (``[NAME, DEST]``: the ``zarrmill
+    sample-data`` that writes it) and ``note`` (what else it reads)."""
     module = importlib.import_module(task_modules()[name].split(":")[0])
     example = getattr(module, "EXAMPLE", None)
     return example if isinstance(example, dict) and isinstance(example.get("params"), dict) else None
@@ -112,6 +113,9 @@ def example_section(name: str) -> list[str]:
     if after:
         lines += [f"Run it in the folder where the [{after}]({after}.md) example ran: it reads what that "
                   "example writes.", ""]
+    if example.get("sample"):
+        lines += ["Its input is a sample (once per folder; a second call refuses a folder that is not "
+                  "empty):", "", "```bash", f"zarrmill sample-data {' '.join(example['sample'])}", "```", ""]
     if example.get("note"):
         lines += [example["note"], ""]
     lines += ["As a workflow file (`zarrmill run example.yaml`; `--dry-run` sizes it first):", "", "```yaml",

@@ -5,8 +5,9 @@ this machine (nothing is downloaded), so that every getting-started page runs as
 - ``plate-<format>``: an instrument folder of each format ``generate-plate`` writes (CellVoyager,
   CQ3000, MetaXpress, its .HTD export, HCS.ai, Operetta / Opera Phenix, scanR), through a
   ``generate-plate`` run (the output guard, a ledger beside it, resumable);
-- ``organ-points``: an OME-Zarr volume (a ``generate`` run) and a cellfinder XML of a point at each
-  blob the volume was rendered with (``Blobs.make``, the generator's own blobs);
+- ``organ-points``: an OME-Zarr volume (a ``generate`` run), a cellfinder XML of a point at each
+  blob the volume was rendered with (``Blobs.make``, the generator's own blobs) and a segmentation of
+  those blobs (``segmentation.npy``, what the ``labels`` task takes);
 - ``training-cases``: ``.npy`` training volumes rendered by the same blob generator;
 - ``nnunet-preprocessed``: an nnU-Net v2 preprocessed tree as nnU-Net writes it (io/synthetic/nnunet.py).
 
@@ -62,18 +63,21 @@ def _plate(fmt: str) -> Callable[[Path], None]:
 
 
 def _organ(dest: Path) -> None:
-    """brain.ome.zarr (a ``generate`` run) and cells.xml: a point in the voxel of each blob's centre,
-    type 2 (cell) for the bright blobs and 1 (not a cell) for the dim ones, as cellfinder labels them."""
+    """brain.ome.zarr (a ``generate`` run); cells.xml: a point in the voxel of each blob's centre,
+    type 2 (cell) for the bright blobs and 1 (not a cell) for the dim ones, as cellfinder labels them;
+    segmentation.npy: each blob's voxels numbered 1, 2, ... (uint16, z, y, x), 0 between them."""
     import numpy as np
 
     from ..io.readers.points import write_cellfinder_xml
-    from ..io.synthetic.blobs import Blobs
+    from ..io.synthetic.blobs import Blobs, render
     from .commands import run_single_task
 
     run_single_task("generate", {"output": str(dest / "brain.ome.zarr"), **VOLUME}, "sync", False)
     blobs = Blobs.make(tuple(VOLUME["shape"]), VOLUME["n_blobs"], VOLUME["blob_radius"], VOLUME["seed"])
     labels = np.where(blobs.amplitudes >= 600, 2, 1)
     _new_file(dest / "cells.xml", lambda f: write_cellfinder_xml(f, np.floor(blobs.centres), labels))
+    mask = render(blobs, tuple((0, s) for s in VOLUME["shape"]), True, None).astype(np.uint16)
+    _new_file(dest / "segmentation.npy", lambda f: np.save(f, mask))
 
 
 def _cases(dest: Path) -> None:
@@ -124,7 +128,8 @@ def samples() -> dict[str, Sample]:
     z, y, x = VOLUME["shape"]
     out.append(Sample("organ-points", f"whole organ: an OME-Zarr volume (brain.ome.zarr, {z}x{y}x{x} uint16, "
                       f"{VOLUME['pixel_size'][0]}x{VOLUME['pixel_size'][1]}x{VOLUME['pixel_size'][2]} um) and "
-                      f"{VOLUME['n_blobs']} cellfinder XML points in it (cells.xml)", z * y * x * 2, _organ,
+                      f"{VOLUME['n_blobs']} cellfinder XML points in it (cells.xml), their segmentation (segmentation.npy)",
+                      z * y * x * 4, _organ,
                       "zarrmill task patch-extract --set input={dest}/brain.ome.zarr --set points={dest}/cells.xml "
                       "--set output=cuboids.zarr --set cuboid=[8,16,16] --set edge=drop"))
     shape = "x".join(map(str, CASES["shape"]))

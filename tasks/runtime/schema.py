@@ -68,11 +68,13 @@ def task_help(task: Task) -> str:
     from .kinds import EXECUTOR_KINDS
 
     usage = (f"usage: zarrmill task {task.name} --set PARAM=VALUE ... [--params FILE] "
-             f"[--executor {{{','.join(EXECUTOR_KINDS)}}}] [--overwrite]")
+             f"[--executor {{{','.join(EXECUTOR_KINDS)}}}] [--set executor.KIND.SETTING=VALUE] [--overwrite]")
     lines = [usage, "", task_params_help(task), "", "example:", f"  {example_command(task)}"]
-    after = (module_example(task) or {}).get("after")
-    if after:
-        lines.append(f"  (its input is what the example of zarrmill task {after} --help writes)")
+    example = module_example(task) or {}
+    if example.get("sample"):
+        lines.append(f"  (its input: zarrmill sample-data {' '.join(example['sample'])}, once per folder)")
+    if example.get("after"):
+        lines.append(f"  (its input is what the example of zarrmill task {example['after']} --help writes)")
     return "\n".join(lines)
 
 

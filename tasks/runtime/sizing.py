@@ -88,6 +88,13 @@ def _in_place_field(params: Any) -> str:
     return "input"
 
 
+def _same_place(value: str) -> str:
+    """One spelling per place (``./out/p.zarr``, ``out/p.zarr`` and its absolute path are one): a step
+    that reads what an earlier one writes finds it however the workflow spells it."""
+    local = on_disk(as_location(value))
+    return os.path.abspath(local) if isinstance(local, Path) else str(as_location(value))
+
+
 def _needed_later(wf: Workflow, name: str) -> bool:
     return any(name in s.needs for s in wf.steps)
 
@@ -100,8 +107,8 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
     update: dict[str, Any] = {}
     for name in type(params).model_fields:  # inputs an earlier step makes: its scratch output
         value = getattr(params, name)
-        if isinstance(value, str) and value in made:
-            earlier, path = made[value]
+        if isinstance(value, str) and _same_place(value) in made:
+            earlier, path = made[_same_place(value)]
             update[name] = str(path)
             size.notes.append(f"{name} is made by step {earlier}: sized from that step's plan")
     from_earlier = bool(update) and not params.writes_in_place()
@@ -138,7 +145,7 @@ def _size_step(step: Any, scratch: Path, made: dict[str, tuple[str, Path]], guar
     if later and task.finish is not None:
         task.finish(dry, PlanContext(step=step.name, guard=guards[-1]))
         real = params.output_path() if not params.writes_in_place() else params.ledger_root()
-        made[str(real)] = (step.name, out)
+        made[_same_place(str(real))] = (step.name, out)
     return size
 
 

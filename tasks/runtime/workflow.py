@@ -176,10 +176,10 @@ SCALAR_ERRORS = frozenset({"int_parsing", "int_type", "int_from_float", "float_p
 
 def validation_problems(err: ValidationError, model: type[BaseModel], doc: Located, prefix: tuple) -> list[str]:
     """Every problem as one line (file:line:col: field: what is wrong, what is allowed). An unknown
-    field names the closest allowed one and comes before any missing field: a misspelt parameter is
-    why the one it meant is "missing"."""
+    field names the closest allowed one and comes first: a misspelt key is why the one it meant is
+    "missing" (or, for ``stpes:``, why ``steps`` is no mapping)."""
     lines = []
-    for error in sorted(err.errors(), key=lambda e: {"extra_forbidden": 1, "missing": 2}.get(e["type"], 0)):
+    for error in sorted(err.errors(), key=lambda e: {"extra_forbidden": 0, "missing": 2}.get(e["type"], 1)):
         loc = prefix + tuple(error["loc"])
         msg = error["msg"]
         cause = error.get("ctx", {}).get("error")

@@ -1,4 +1,4 @@
-"""The runtime on a real one-node Grid Engine (Debian's gridengine 8.1.9, started by tests/run)
+"""The runtime on a real one-node Grid Engine (Debian's gridengine 8.1.9, started by tests/run --services)
 through dask-jobqueue's SGECluster: the same scenarios as on SLURM where they make sense."""
 import subprocess
 import threading

@@ -115,6 +115,19 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> z
     return zarr.create_array(zarr_url(path), **kwargs)
 
 
+def fresh_node(path: Where, ctx: WriteContext) -> Where:
+    """Room for a node a step writes whole with zarr itself (a table's column): one already there
+    goes through the output guard (only if zarrmill created it), and the new one is recorded as the
+    run's before zarr creates it (zarr's own overwrite deletes without asking)."""
+    guard = _guard(ctx, as_location(path))
+    where = guard.contain(as_location(path), what="array path")
+    there = _node_there(where)
+    if there:
+        guard.remove(where)
+    guard.will_create(where, absent=True)
+    return where
+
+
 def _create_kwargs(spec: ArraySpec) -> dict[str, object]:
     kwargs: dict[str, object] = dict(
         shape=spec.shape, dtype=spec.dtype, chunks=spec.chunks, zarr_format=spec.zarr_format,

@@ -49,6 +49,7 @@ class OutputGuard:
         self._made: list[tuple[Location, str]] = []  # (what, MADE_KINDS) created by this run, newest last
         self._left: list[Location] = []  # folders a rollback emptied: rmdir'd once the lock is let go
         self._prepared = False
+        self._quiet = False  # folders left by a withdrawn run are the other run's business: no warning
         self._fresh = False  # the root held no data when this run checked it (known_absent)
         # every node this run created and its ancestors, kept through commit (known_absent)
         self._made_or_above: set[str] = set()
@@ -241,12 +242,22 @@ class OutputGuard:
         self._made.clear()
         self.ownership.forget()
 
+    def withdraw(self) -> None:
+        """A run the output's lock refused: another run holds the output now, so nothing in it is
+        touched, not even what this run made before asking (the root, its parents and bookkeeping
+        folder, which the other run may already use). Those folders go only if still empty, quietly
+        (:meth:`remove_made_folders`)."""
+        self._left = [path for path, kind in reversed(self._made) if kind in ("folder", "parent", "store", "own")]
+        self._made.clear()
+        self._quiet = True
+        self.ownership.forget()
+
     def remove_made_folders(self) -> None:
         """After a rollback, once the lock is let go: the folders this run made, deepest first,
         each only if empty (a warning names any left because it holds something else)."""
         left, self._left = self._left, []
         for path in left:
-            self.place.discard_folder(path)
+            self.place.discard_folder(path, quiet=self._quiet)
 
 
 def open_guard(root: Where, inputs: Iterable[Where] = (), in_place: bool = False) -> OutputGuard:

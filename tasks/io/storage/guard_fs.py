@@ -1,7 +1,8 @@
 """The guard's hands on disk: every delete, rename and walk zarrmill makes, judged at the moment it
 acts. The rules of what may go live in guard.py and paths.py; this module is where they touch the
-file system, the only one in the package that calls unlink, rmdir, rmtree or rename (a test walks
-the source and holds it to that: tests/test_deletes_in_one_place.py).
+file system, with guard_empty.py (a failed plan's store emptied of the user's own files) the only
+modules in the package that call unlink, rmdir, rmtree or rename (a test walks the source and
+holds them to that: tests/test_deletes_in_one_place.py).
 
 - A folder zarrmill keeps for itself (a store's ``.<name>.zarrmill``, a build store, scratch) is
   judged with ``lstat``: a real folder (never a symlink), owned by the running user, carrying
@@ -202,29 +203,6 @@ def remove(base: os.PathLike[str] | str, path: os.PathLike[str] | str, tree: boo
         return remove_entry(fd, parts[-1], tree, links, where=path)
     finally:
         os.close(fd)
-
-
-def empty_own(base: os.PathLike[str] | str, identity: tuple[int, int] | None) -> list[str]:
-    """Rollback of a store this run created: every file and link under ``base`` that the running
-    user owns goes, deepest first, and every folder left empty; what belongs to anyone else stays
-    (with the folders holding it). Returns what was left, relative to ``base``."""
-    fd = open_judged(base, identity)
-    left: list[str] = []
-    try:
-        for dirpath, dirs, files, dfd in os.fwalk(".", topdown=False, follow_symlinks=False, dir_fd=fd):
-            for name in files + [d for d in dirs if _is_link(dfd, d)]:
-                if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid == os.geteuid():
-                    os.unlink(name, dir_fd=dfd)
-                else:
-                    left.append(os.path.normpath(os.path.join(dirpath, name)))
-            for name in dirs:
-                try:
-                    os.rmdir(name, dir_fd=dfd)
-                except OSError:  # holds something that is not this run's (or a link, kept above)
-                    pass
-    finally:
-        os.close(fd)
-    return left
 
 
 def identity_of(path: os.PathLike[str] | str) -> tuple[int, int] | None:

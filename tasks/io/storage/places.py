@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
-from . import guard_fs
+from . import guard_empty, guard_fs
 from .backend import DiskBackend, ObjectBackend
 from .location import Location, Where, as_location, is_remote, key_of
 from .object_store import delete_keys, has_objects, keys_under, probe_prefix
@@ -35,6 +35,10 @@ def _listing(path: Path) -> list[str]:
     return names
 
 
+# the documents a plan writes into the nodes it creates (a failed plan's rollback removes these)
+METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+
+
 class DiskPlace:
     noun = "path"
     FOREIGN = ("exists, is not empty and was not created by zarrmill; zarrmill writes only into new or empty folders "
@@ -51,8 +55,10 @@ class DiskPlace:
     def check_root(self, in_place: bool) -> None:
         link = self._foreign_link()
         if link is not None:
-            raise UnsafeOutputError(f"{self.root}: is a symbolic link (to {os.readlink(self.root)}) that belongs to user "
-                                    f"id {link}, not to you; zarrmill never writes through it. Remove it yourself (it "
+            path, uid = link
+            what = "is" if path == self.root else f"runs through {path}, which is"
+            raise UnsafeOutputError(f"{self.root}: {what} a symbolic link (to {os.readlink(path)}) that belongs to user "
+                                    f"id {uid}, not to you; zarrmill never writes through it. Remove it yourself (it "
                                     "may be a colleague's), or choose another output path")
         root = real(self.root)
         self.real_root, self.identity = root, guard_fs.identity_of(root)
@@ -66,13 +72,18 @@ class DiskPlace:
         if root.exists() and not root.is_dir():
             raise UnsafeOutputError(f"{self.root}: exists and is a file, not a store; choose another output path")
 
-    def _foreign_link(self) -> int | None:
-        """The owner's user id when the output path itself is a symbolic link someone else made."""
-        try:
-            st = os.lstat(self.root)
-        except OSError:
-            return None
-        return st.st_uid if stat.S_ISLNK(st.st_mode) and st.st_uid != os.geteuid() else None
+    def _foreign_link(self) -> tuple[Path, int] | None:
+        """(the link, its owner's user id) when the output path, or a folder on the way to it, is a
+        symbolic link another user made (root's links, such as a cluster's /scratch, are the
+        machine's own and followed)."""
+        for path in (self.root, *self.root.parents):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode) and st.st_uid not in (os.geteuid(), 0):
+                return path, st.st_uid
+        return None
 
     def _judged(self) -> tuple[Path, tuple[int, int] | None]:
         """The root as judged (its real path, and its identity once it exists)."""
@@ -154,20 +165,23 @@ class DiskPlace:
         if kind == "file" and path.parent == self.bookkeeping:
             if guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder"):
                 guard_fs.remove(self.bookkeeping, path, tree=False, links=False)
-        elif kind in ("file", "node"):
-            guard_fs.remove(root, root / os.path.relpath(path, self.root), tree=kind == "node", identity=identity)
+        elif kind == "file":
+            guard_fs.remove(root, root / os.path.relpath(path, self.root), tree=False, identity=identity)
+        elif kind == "node":  # what the plan wrote there goes; a colleague's file written into it meanwhile stays
+            for name in guard_empty.empty_own(root, identity, below=os.path.relpath(path, self.root)):
+                warn(self.root / name, "not this run's (another user's), so the rollback left it and its folders")
         elif kind == "store" and identity is not None:
-            for name in guard_fs.empty_own(root, identity):
+            for name in guard_empty.empty_own(root, identity):
                 warn(self.root / name, "not this run's (another user's), so the rollback left it and its folders")
         elif kind == "own" and guard_fs.check_own_folder(self.bookkeeping, "bookkeeping folder") \
                 and guard_fs.lstat_dir(path):
             for name in set(os.listdir(path)) - {*LOCK_FILES, guard_fs.FOLDER_MARKER}:  # the lock goes when released
                 guard_fs.remove(self.bookkeeping, path / name, tree=True, links=False)
 
-    def discard_folder(self, path: Where) -> None:
+    def discard_folder(self, path: Where, quiet: bool = False) -> None:
         """A folder this run made, once the run let go of its lock: ``rmdir``, only when empty."""
         never_delete(Path(path))
-        guard_fs.remove_empty(path)
+        guard_fs.remove_empty(path, quiet=quiet)
 
     def prepare(self) -> list[tuple[Path, str]]:
         """Before the lock: the root and its bookkeeping folder exist (the latter judged: a real
@@ -261,11 +275,16 @@ class BucketPlace:
             keys = keys_under(path)
             if kind == "own":
                 keys = [k for k in keys if k.rsplit("/", 1)[-1] not in LOCK_FILES]
+            elif kind == "node":  # a plan writes a node's metadata only; anyone else's object under it stays
+                kept = [k for k in keys if k.rsplit("/", 1)[-1] not in METADATA_NAMES]
+                for key in kept:
+                    warn(f"{self.root.protocol}://{key}", "not written by this run's plan, so the rollback left it")
+                keys = [k for k in keys if k not in kept]
             delete_keys(self.root, keys)
         except OSError:
             pass
 
-    def discard_folder(self, path: Where) -> None:
+    def discard_folder(self, path: Where, quiet: bool = False) -> None:
         """No folders in a bucket."""
 
     def prepare(self) -> list[tuple[Location, str]]:
