@@ -1,4 +1,4 @@
-"""MkDocs hooks: the reference pages are made from the code at build time (zarrmill.runtime.manual),
+"""MkDocs hooks: the reference pages are made from the code at build time (zarrmill.runtime.front.manual),
 and each task page is added to the navigation, so a task or parameter added to the code is in the
 manual with no edit here."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from mkdocs.structure.files import File, Files
 
 
 def on_config(config: Any) -> Any:
-    from zarrmill.runtime.manual import TASKS_DIR, task_pages_nav
+    from zarrmill.runtime.front.manual import TASKS_DIR, task_pages_nav
 
     for section in config["nav"]:
         for entries in section.values():
@@ -21,7 +21,7 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    from zarrmill.runtime.manual import reference_pages
+    from zarrmill.runtime.front.manual import reference_pages
 
     for path, text in reference_pages().items():
         files.append(File.generated(config, path, content=text))

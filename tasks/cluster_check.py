@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import Field
 
 from .io.storage.atomic import atomic_write_json
-from .runtime.contract import PlanContext, TaskParams, Unit
+from .runtime.core.contract import PlanContext, TaskParams, Unit
 
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)

@@ -46,7 +46,7 @@ from .io.training.codec_trial import Policy, choose, choose_no_larger, run_trial
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
-from .runtime.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 from .io.storage.location import Location, as_location, on_disk, stored_bytes, zarr_url
 
 SUMMARY = COMPRESS_SUMMARY

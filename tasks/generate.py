@@ -21,8 +21,8 @@ from .io.storage.arrays import (
 )
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
-from .runtime.budget import holds
-from .runtime.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
+from .runtime.core.budget import holds
+from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 
 AXIS_ORDER = "tczyx"
 UNIT_MB = 32

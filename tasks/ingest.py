@@ -48,9 +48,9 @@ from .io.storage.ozx_path import is_archive_build
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.readers.volume import open_volume
-from .runtime.budget import REGION_COPIES, holds
-from .runtime.contract import THREADS, PlanContext, Unit
-from .runtime.unit_stream import UnitStream
+from .runtime.core.budget import REGION_COPIES, holds
+from .runtime.core.contract import THREADS, PlanContext, Unit
+from .runtime.core.unit_stream import UnitStream
 from .io.storage.location import zarr_url
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
@@ -285,7 +285,7 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
     for i, reg in enumerate(regions):
         unit: Unit = {"id": f"{image}/r{i}" if image else f"r{i}", "region": [list(r) for r in reg],
                       "levels": levels, "memory": holds(reg, itemsize)}
-        if fov_planes is None:  # a volume's regions: a few large buffers, reused (runtime/malloc.py)
+        if fov_planes is None:  # a volume's regions: a few large buffers, reused (runtime/core/malloc.py)
             unit["allocator"] = "speed"
         else:
             unit.update(field=image, missing_ok=p.missing == "zeros",

@@ -15,7 +15,7 @@ from .io.readers import saved as saved_acquisition
 from .io.readers.pattern import MISSING_PREFIX, pattern_files, read_pattern_series
 from .io.readers.planes import plane_header, planes_present
 from .io.readers.registry import ReadOptions, reader
-from .runtime.contract import PlanContext
+from .runtime.core.contract import PlanContext
 
 MAX_LISTED = 5
 
@@ -104,7 +104,7 @@ def _names(paths: list[str], total: int | None = None) -> str:
 
 def planned_acquisition(p: Params, ctx: PlanContext) -> Acquisition:
     """The acquisition, read and checked; on a resume with unchanged inputs and parameters, the one
-    the first run saved (runtime/saved_plan.py), without reading the metadata again."""
+    the first run saved (runtime/core/saved_plan.py), without reading the metadata again."""
     data = ctx.saved.load() if ctx.saved is not None else None
     acq = saved_acquisition.load(data, ctx.saved.key) if data is not None else None
     if acq is not None:

@@ -1,7 +1,7 @@
 """``zarrmill follow``: ingest of a plate the instrument is still imaging.
 
 The follower polls the acquisition (io/readers/growing.py) and runs the ingest step once per poll
-under one lock (runtime/engine.py, ``StepOptions.growing``). Each poll's plan takes the wells that
+under one lock (runtime/execution/engine.py, ``StepOptions.growing``). Each poll's plan takes the wells that
 are ready, and its finish writes their metadata, so every converted well is valid and viewable at
 once. The plate's metadata is written last, after the field images it lists (zarr writes each
 ``zarr.json`` whole, by rename).

@@ -13,7 +13,7 @@ from .io.readers.registry import PLATE_READERS, detect
 from .io.ngff.metadata import NgffVersion
 from .io.ngff.placement import Policy
 from .reshard import ImageName
-from .runtime.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, PositiveFloat, PositiveInt,
+from .runtime.core.contract import (MAX_COUNT, MAX_INDEX, MAX_MB, PlateShape, PositiveFloat, PositiveInt,
                                TaskParams)
 
 

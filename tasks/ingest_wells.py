@@ -34,8 +34,8 @@ from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
 from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.storage.guard import OutputGuard
-from .runtime.contract import PlanContext, Unit
-from .runtime.unit_stream import UnitStream
+from .runtime.core.contract import PlanContext, Unit
+from .runtime.core.unit_stream import UnitStream
 from .io.storage.location import zarr_url
 
 

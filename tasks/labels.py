@@ -30,7 +30,7 @@ from .io.ngff.metadata import (
 )
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
-from .runtime.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
+from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
 from .io.storage.location import as_location, zarr_url
 
 UNIT_MB = 64

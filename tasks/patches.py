@@ -47,7 +47,7 @@ from .io.training.cuboids import (
 from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_image
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
-from .runtime.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
+from .runtime.core.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
 from .io.storage.location import as_location, recorded_name, zarr_url
 
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_table shows

@@ -44,9 +44,9 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.budget import holds
-from .runtime.unit_stream import Batch
-from .runtime.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
+from .runtime.core.budget import holds
+from .runtime.core.unit_stream import Batch
+from .runtime.core.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
 from .io.storage.location import zarr_url
 
 MAX_LEVELS = 12
@@ -230,7 +230,7 @@ def _level_units(image: str, prev: str, specs: list[tuple[tuple[int, ...], Array
 
 def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
                    itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Batch]:
-    """``_level_units`` as one batch per level, made when handed out (runtime/unit_stream.py)."""
+    """``_level_units`` as one batch per level, made when handed out (runtime/core/unit_stream.py)."""
     batches = []
     for k, (factors, spec, level) in enumerate(specs):
         regions = group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))

@@ -33,8 +33,8 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.budget import holds
-from .runtime.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.budget import holds
+from .runtime.core.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 from .io.storage.location import as_location, zarr_url
 
 UNIT_MB = 64

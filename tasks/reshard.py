@@ -42,9 +42,9 @@ from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, memb
 from .io.ngff.overview import OverviewLayout, overview_fits, overview_layout
 from .io.ngff.placement import Fov, Policy, compose
 from .io.ngff.well_canvas import Well, one_canvas
-from .runtime.budget import holds
-from .runtime.unit_stream import Batch, UnitStream
-from .runtime.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.budget import holds
+from .runtime.core.unit_stream import Batch, UnitStream
+from .runtime.core.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)

@@ -26,7 +26,7 @@ from .io.training.patch_bench import patch_throughput
 from .io.storage.location import on_disk
 from .io.readers.sources import case_paths, open_source, refuse_name_collisions
 from .io.training.nnunet import is_nnunet_folder, open_array, patch_for, read_cases
-from .runtime.contract import MAX_COUNT, MAX_INDEX, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.contract import MAX_COUNT, MAX_INDEX, THREADS, PlanContext, PositiveInt, TaskParams, Unit
 
 # its units start reader processes of their own (training workers, patch_bench.py), which a dask
 # worker process (daemonic) may not: under auto and local they run on threads in this process

@@ -47,7 +47,7 @@ def build_world(world: Path) -> Path:
 
 
 def _run(task: str, *sets: str) -> None:
-    from zarrmill.runtime.cli import main
+    from zarrmill.runtime.front.cli import main
 
     args = ["task", task, "--executor", "sync"]
     for s in sets:

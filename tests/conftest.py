@@ -39,7 +39,7 @@ def bookkeeping(store: Path) -> Path:
 
 def done_units(store, step: str) -> int:
     """Units of ``step`` the ledger beside ``store`` records as done (0 before any record)."""
-    from zarrmill.runtime.ledger import Ledger
+    from zarrmill.runtime.core.ledger import Ledger
 
     try:
         return len(Ledger(store, step).done_ids())
@@ -96,7 +96,7 @@ def runs_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def cli(capsys):
     """Run ``zarrmill ARGS`` in-process: returns (exit code, stdout, stderr)."""
-    from zarrmill.runtime.cli import main
+    from zarrmill.runtime.front.cli import main
 
     def run(*args: str) -> tuple[int, str, str]:
         capsys.readouterr()

@@ -23,7 +23,7 @@ from adversarial_world import build_world, changes, copy_world, set_json, snapsh
 from conftest import bookkeeping, done_units, forget_ownership, zarrmill_subprocess
 
 from zarrmill.io.ngff.conformance import check_store
-from zarrmill.runtime.check import check_output
+from zarrmill.runtime.front.check import check_output
 
 # task -> parameters besides output (paths relative to the world's cwd)
 TASKS: dict[str, list[str]] = {

@@ -40,7 +40,7 @@ def add(self, name, source):
     return real(self, name, source)
 
 zip_writer.ZipWriter.add = add
-from zarrmill.runtime.cli import main
+from zarrmill.runtime.front.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from conftest import tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 
-from zarrmill.runtime.budget import PlanSize, budget_of
-from zarrmill.runtime.engine import StepOptions
-from zarrmill.runtime.executors import Executor
-from zarrmill.runtime.registry import get_task
-from zarrmill.runtime.spec import ExecutorSpec
-from zarrmill.runtime.unit_runners import InProcessPool, run_in_threads
+from zarrmill.runtime.core.budget import PlanSize, budget_of
+from zarrmill.runtime.execution.engine import StepOptions
+from zarrmill.runtime.execution.executors import Executor
+from zarrmill.runtime.execution.registry import get_task
+from zarrmill.runtime.execution.spec import ExecutorSpec
+from zarrmill.runtime.execution.unit_runners import InProcessPool, run_in_threads
 
 
 def check_units(tmp_path: Path, units: int, *sets: str) -> tuple[subprocess.CompletedProcess, int]:

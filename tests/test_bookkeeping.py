@@ -140,7 +140,7 @@ def test_a_claim_without_its_marker_proves_nothing_and_a_marker_without_a_claim_
 def test_a_resume_removes_temp_files_only_where_zarrmill_may_delete(tmp_path):
     """Resuming a step that adds to someone else's store (pyramid levels) removes a killed unit's
     temp files under the nodes zarrmill created, never a file of that name in the owner's nodes."""
-    from zarrmill.runtime.resume import remove_partial_files
+    from zarrmill.runtime.core.resume import remove_partial_files
 
     store = tmp_path / "theirs.zarr"
     foreign_store(store)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from zarrmill.runtime.locks import LeaseLost, Locked, open_lock
+from zarrmill.runtime.core.locks import LeaseLost, Locked, open_lock
 
 pytestmark = pytest.mark.timeout(120)
 LOCK = ".p.ome.zarr.zarrmill/lock"  # beside the store: where the engine keeps an output's run lock
@@ -78,7 +78,7 @@ def held(p, unit):  # the first unit waits for the test's word: the run holds it
 
 
 task.run_unit = held
-from zarrmill.runtime.cli import main
+from zarrmill.runtime.front.cli import main
 
 sys.exit(main(sys.argv[2:]))
 """

@@ -1,4 +1,4 @@
-"""Memory by budget (runtime/budget.py): units that declare the bytes they hold never run more at once
+"""Memory by budget (runtime/core/budget.py): units that declare the bytes they hold never run more at once
 than a worker's budget allows, and a unit larger than any worker's budget is refused with one line
 before any unit runs, leaving storage as it was."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from adversarial_world import snapshot
 from helpers import write_workflow
 
 from zarrmill.cluster_check import UNIT_OVERHEAD
-from zarrmill.runtime.budget import UNIT_SHARE
+from zarrmill.runtime.core.budget import UNIT_SHARE
 
 
 def most_at_once(units: Path) -> int:
@@ -79,7 +79,7 @@ FRAGMENT = r"""
 import sys
 import numpy as np, psutil
 if sys.argv[1] == "fixed":
-    from zarrmill.runtime.malloc import return_freed_memory
+    from zarrmill.runtime.core.malloc import return_freed_memory
     return_freed_memory()
 rss = lambda: psutil.Process().memory_info().rss
 freed = np.ones(16 << 20, np.uint8); del freed  # one large buffer freed, as after a plane or a chunk

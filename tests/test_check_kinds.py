@@ -14,7 +14,7 @@ import zarr
 
 from conftest import bookkeeping
 
-from zarrmill.runtime.cli import main
+from zarrmill.runtime.front.cli import main
 
 OUTPUTS = {  # output -> (kind check names, task, --set values)
     "img.ome.zarr": ("image", "generate", ["shape=[8,64,64]", "n_blobs=10"]),

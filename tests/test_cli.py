@@ -130,7 +130,7 @@ def test_a_local_worker_over_its_memory_limit_is_named_in_the_failure(cli, tmp_p
 
 
 def test_an_unexpected_error_is_one_line_and_its_traceback_is_kept(cli, tmp_path, monkeypatch, runs_dir):
-    from zarrmill.runtime import commands
+    from zarrmill.runtime.front import commands
 
     def broken(args):
         raise KeyError("boom")

@@ -139,8 +139,8 @@ def test_executor_clients_never_become_dasks_default_scheduler(tmp_path):
     import dask
     import dask.array as da
 
-    from zarrmill.runtime.executors import Executor
-    from zarrmill.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.execution.executors import Executor
+    from zarrmill.runtime.execution.spec import ExecutorSpec
 
     with Executor(ExecutorSpec(kind="threads", workers=1), "t", tmp_path) as ex:
         client = ex.client_for(None)
@@ -187,9 +187,9 @@ def test_the_local_executor_runs_gil_free_tasks_on_threads_and_the_rest_on_proce
     import json
     import os
 
-    from zarrmill.runtime.executors import Executor
-    from zarrmill.runtime.registry import get_task
-    from zarrmill.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.execution.executors import Executor
+    from zarrmill.runtime.execution.registry import get_task
+    from zarrmill.runtime.execution.spec import ExecutorSpec
 
     assert get_task("ingest").workers == "threads" and get_task("cluster-check").workers == "processes"
     with Executor(ExecutorSpec(kind="local"), "t", tmp_path / "run") as ex:

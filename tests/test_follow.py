@@ -21,8 +21,8 @@ from zarrmill.errors import InputError
 from zarrmill.io.readers.growing import GrowingMlf
 from zarrmill.io.readers.mlf import ROOT_END
 from zarrmill.io.synthetic.playback import play_cellvoyager
-from zarrmill.runtime.check import check_output
-from zarrmill.runtime.commands import run_single_task
+from zarrmill.runtime.front.check import check_output
+from zarrmill.runtime.front.commands import run_single_task
 
 WELLS = ["B03", "B04", "C05"]
 FOLLOW = ("--poll", "0.2", "--settle", "0.5", "--quiet", "60")

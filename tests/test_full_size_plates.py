@@ -22,7 +22,8 @@ from zarrmill.io.readers import mlf
 # the engine as it is; the runner stops the process after N units (a kill mid-step)
 KILLED_RUN = r"""
 import os, sys
-from zarrmill.runtime import ledger, unit_runners
+from zarrmill.runtime.core import ledger
+from zarrmill.runtime.execution import unit_runners
 stop_after = int(os.environ["STOP_AFTER"])
 ledger.FLUSH_EVERY_S = 0.0  # every unit recorded as it is done
 real = unit_runners.run_inline
@@ -34,7 +35,7 @@ def stopping(task, params, todo, client, opts):
         yield result
 
 unit_runners.run_inline = stopping
-from zarrmill.runtime.cli import main
+from zarrmill.runtime.front.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -275,8 +276,8 @@ def test_a_dry_run_leaves_the_temporary_folder_as_it_was(tmp_path, monkeypatch):
 
 
 def test_a_file_someone_else_put_in_the_dry_runs_scratch_folder_survives(tmp_path, monkeypatch, capsys):
-    from zarrmill.runtime import sizing
-    from zarrmill.runtime.workflow import load_workflow
+    from zarrmill.runtime.execution import sizing
+    from zarrmill.runtime.execution.workflow import load_workflow
 
     wf = load_workflow(_two_step_workflow(tmp_path))
     monkeypatch.setattr(sizing.tempfile, "tempdir", str(tmp_path))

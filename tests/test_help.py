@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zarrmill.runtime.registry import get_task, task_modules, task_names
+from zarrmill.runtime.execution.registry import get_task, task_modules, task_names
 
 
 def one_line(code: int, err: str, expected_code: int = 2) -> str:

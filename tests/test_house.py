@@ -1,5 +1,5 @@
 """The house's rules that a reader of the code relies on (docs/development.md, "The house"):
-imports only go down the layers; a batch scheduler lives in one module of ``runtime/schedulers/``
+imports only go down the layers; a batch scheduler lives in one module of ``runtime/execution/schedulers/``
 (adding one touches that file only; nothing else names one), checked on a copy of the package with
 a scheduler added as one new file; nothing outside io/storage asks whether a location is remote."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import zarrmill
-from zarrmill.runtime.schedulers import SCHEDULERS
+from zarrmill.runtime.execution.schedulers import SCHEDULERS
 
 PACKAGE = Path(zarrmill.__file__).resolve().parent
-SCHEDULERS_DIR = PACKAGE / "runtime" / "schedulers"
+SCHEDULERS_DIR = PACKAGE / "runtime" / "execution" / "schedulers"
 
 
 # bottom to top: a module imports from its own layer or those below, never from one above
@@ -26,9 +26,10 @@ LAYERS = [
     ("formats", ["io.ngff", "io.training"]),
     ("readers", ["io.readers"]),
     ("synthetic data", ["io.synthetic"]),
-    ("task contract", ["runtime.contract", "runtime.budget", "runtime.unit_stream"]),
+    ("runtime core", ["runtime.core"]),  # the task contract, units, budget, ledger, locks, provenance
     ("tasks", ["*"]),  # the task modules: every top-level module of the package
-    ("runtime", ["runtime", "__main__"]),  # engine, executors, schedulers, workflows, command line
+    ("runtime execution", ["runtime", "runtime.execution"]),  # engine, executors, schedulers, workflows
+    ("runtime front", ["runtime.front", "__main__"]),  # command line, commands, check, manual
 ]
 
 
@@ -119,7 +120,7 @@ SCHEDULER = OAR()
 def test_a_scheduler_is_added_by_one_module(tmp_path):
     copy = tmp_path / "lib" / "zarrmill"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "runtime" / "schedulers" / "oar.py").write_text(OAR)
+    (copy / "runtime" / "execution" / "schedulers" / "oar.py").write_text(OAR)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "PYTHONSAFEPATH": "1"}
 
     def zarrmill_(*args: str) -> subprocess.CompletedProcess:

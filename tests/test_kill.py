@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import bookkeeping, done_units, tree_digest
 
-from zarrmill.runtime.provenance import read_provenance
+from zarrmill.runtime.core.provenance import read_provenance
 
 STEPS = (("ingest", "plate.zarr"), ("pyramid", "plate.zarr"), ("reshard", "wells.zarr"))
 FRACTIONS = ("planning", 1, 0.5, 1.0, "done")  # where in each step: a state, or units done (count or share)

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from zarrmill.runtime.ledger import Ledger, StepRecord, diff_params, params_hash
+from zarrmill.runtime.core.ledger import Ledger, StepRecord, diff_params, params_hash
 
 
 def rec(params):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from zarrmill.runtime.history import History
-from zarrmill.runtime.locks import DatasetLock, Locked, process_space
+from zarrmill.runtime.core.history import History
+from zarrmill.runtime.core.locks import DatasetLock, Locked, process_space
 
 TAKERS = 30
 
@@ -159,7 +159,7 @@ def test_the_heartbeat_rides_out_storage_errors_and_notices_a_takeover(tmp_path)
     in its place ends the lease for good."""
     import time
 
-    from zarrmill.runtime.locks import LeaseLost
+    from zarrmill.runtime.core.locks import LeaseLost
 
     path = _locks(tmp_path) / "x.lock"
     lock = DatasetLock(path, heartbeat=0.05, stale_after=60)

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from zarrmill.runtime.machine import available_cpus, available_memory
+from zarrmill.runtime.execution.machine import available_cpus, available_memory
 
 
 def test_cgroup_v2_quota_and_memory_limit(tmp_path):

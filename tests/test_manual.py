@@ -293,7 +293,8 @@ def test_a_parameter_added_to_a_task_is_in_its_reference_page_with_no_edit_to_th
 
     from pydantic import Field, create_model
 
-    from zarrmill.runtime import manual, registry, schema
+    from zarrmill.runtime.front import manual, schema
+    from zarrmill.runtime.execution import registry
 
     original = registry.get_task
     task = original("rechunk")

@@ -26,7 +26,7 @@ def _generate(cli, output: Path, *extra: str) -> tuple[int, str, str]:
 @pytest.fixture
 def patch_task(monkeypatch):
     """Replace a function of the generate task for one test (tasks are cached by the registry)."""
-    from zarrmill.runtime.registry import get_task
+    from zarrmill.runtime.execution.registry import get_task
 
     def patch(name: str, fn) -> None:
         monkeypatch.setattr(generate, name, fn)
@@ -436,7 +436,7 @@ def test_a_run_the_lock_refuses_leaves_the_running_ones_store_untouched(tmp_path
     B, refused by the lock, withdraws without touching anything A uses."""
     from zarrmill.errors import OutputLockedError
     from zarrmill.io.storage.guard import open_guard
-    from zarrmill.runtime import engine
+    from zarrmill.runtime.execution import engine
 
     root = tmp_path / "shared" / "plate.zarr"
     (tmp_path / "shared").mkdir()

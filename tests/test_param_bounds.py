@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from zarrmill.runtime.registry import get_task, task_names
-from zarrmill.runtime.spec import WorkflowSpec
+from zarrmill.runtime.execution.registry import get_task, task_names
+from zarrmill.runtime.execution.spec import WorkflowSpec
 
 
 def unbounded(schema: dict[str, Any], defs: dict[str, Any], path: str) -> list[str]:
@@ -106,7 +106,7 @@ def test_an_empty_parameter_file_is_named_empty(cli, tmp_path):
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["p.yaml"]
 
 
-@pytest.mark.parametrize("where", ["zarrmill.io.storage.atomic.os.fsync", "zarrmill.runtime.engine.fingerprint"])
+@pytest.mark.parametrize("where", ["zarrmill.io.storage.atomic.os.fsync", "zarrmill.runtime.execution.engine.fingerprint"])
 def test_a_full_disk_names_the_output_it_was_writing(cli, tmp_path, monkeypatch, where):
     """ENOSPC from write() or fsync() carries no file name; the line names what was being written."""
     import errno

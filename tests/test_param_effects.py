@@ -12,7 +12,7 @@ import zarr
 from helpers import run_task
 
 from zarrmill.io.ngff.metadata import Level, make_axes, write_image_metadata
-from zarrmill.runtime.registry import get_task, task_names
+from zarrmill.runtime.execution.registry import get_task, task_names
 
 TESTS = Path(__file__).resolve().parent
 

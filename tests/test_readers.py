@@ -21,7 +21,7 @@ FIELDS = {(well, f): RNG.integers(0, 60000, size=FOV, dtype=np.uint16) for well 
 
 
 def _task(task: str, *sets: str) -> None:
-    from zarrmill.runtime.cli import main
+    from zarrmill.runtime.front.cli import main
 
     args = ["task", task, "--executor", "sync"]
     for s in sets:

@@ -84,7 +84,7 @@ def rechunk_args(url: str, out: Path) -> list[str]:
 @pytest.mark.parametrize("executor", ["sync", "local"])  # local: the error is made in a worker process
 def test_a_units_error_naming_signed_urls_is_redacted_on_the_terminal_and_in_errors_log(cli, tmp_path, expired_web,
                                                                                         executor, monkeypatch):
-    from zarrmill.runtime import unit_runners
+    from zarrmill.runtime.execution import unit_runners
 
     made = []  # the failure as the worker made it: what a batch worker's own log shows of it
 
@@ -150,8 +150,8 @@ def test_an_unexpected_error_naming_a_signed_url_is_redacted_in_its_line_crash_f
 def test_provenance_and_run_history_are_written_redacted(cli, tmp_path):
     """Parameters never hold a secret (refused below); a document written to a file is redacted
     all the same, in a zarr store's attributes, in a side file, in a dataset's run record."""
-    from zarrmill.runtime.history import History
-    from zarrmill.runtime.provenance import read_provenance, record_step
+    from zarrmill.runtime.core.history import History
+    from zarrmill.runtime.core.provenance import read_provenance, record_step
 
     store, folder = tmp_path / "img.zarr", tmp_path / "plain"
     code, err = run_task(cli, "generate", f"output={store}", "shape=[8,32,32]", "chunks=[8,32,32]")
@@ -203,8 +203,8 @@ def test_a_job_script_that_would_carry_a_credential_is_refused(cli, tmp_path, mo
     import dask.config
 
     from zarrmill.errors import ConfigError
-    from zarrmill.runtime.jobqueue import render_job_script
-    from zarrmill.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.execution.jobqueue import render_job_script
+    from zarrmill.runtime.execution.spec import ExecutorSpec
 
     wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(tmp_path / "a.zarr")},
                         executor={"kind": "slurm", "run_dir": str(tmp_path / "run")})

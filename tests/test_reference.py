@@ -18,9 +18,9 @@ import pytest
 import yaml
 from conftest import IN_CI, REPO
 
-from zarrmill.runtime import manual
-from zarrmill.runtime.registry import get_task, task_names
-from zarrmill.runtime.schema import workflow_schema
+from zarrmill.runtime.front import manual
+from zarrmill.runtime.execution.registry import get_task, task_names
+from zarrmill.runtime.front.schema import workflow_schema
 
 SOURCE_PATH = re.compile(r"tasks/|\.py\b")
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -83,7 +83,7 @@ def _in_order() -> list[str]:
 
 
 def test_every_example_runs_as_its_page_shows_it(tmp_path, monkeypatch):
-    from zarrmill.runtime.workflow import load_workflow
+    from zarrmill.runtime.execution.workflow import load_workflow
 
     monkeypatch.chdir(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

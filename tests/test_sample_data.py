@@ -11,7 +11,7 @@ import pytest
 from adversarial_world import changes, snapshot
 from conftest import require
 
-from zarrmill.runtime.sample_data import CASES, NNUNET_PATCH, PLATE, PLATE_FORMATS, VOLUME, samples
+from zarrmill.runtime.front.sample_data import CASES, NNUNET_PATCH, PLATE, PLATE_FORMATS, VOLUME, samples
 
 
 def test_without_arguments_it_lists_every_sample_with_a_line_and_its_size(cli):

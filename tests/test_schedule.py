@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import REPO, forget_ownership
 
-from zarrmill.runtime.locks import process_space
+from zarrmill.runtime.core.locks import process_space
 from zarrmill.io.ngff.conformance import check_store
-from zarrmill.runtime.history import History
-from zarrmill.runtime.provenance import read_provenance
+from zarrmill.runtime.core.history import History
+from zarrmill.runtime.core.provenance import read_provenance
 
 WORKFLOW = REPO / "workflows" / "scheduled-cellvoyager.yaml"
 

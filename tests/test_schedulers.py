@@ -10,9 +10,9 @@ import pytest
 from helpers import generate_step, write_workflow
 
 from zarrmill.errors import ConfigError
-from zarrmill.runtime.jobqueue import cluster_kwargs, render_job_script
-from zarrmill.runtime.schedulers import SCHEDULERS
-from zarrmill.runtime.spec import ExecutorSpec, Resources
+from zarrmill.runtime.execution.jobqueue import cluster_kwargs, render_job_script
+from zarrmill.runtime.execution.schedulers import SCHEDULERS
+from zarrmill.runtime.execution.spec import ExecutorSpec, Resources
 
 DIRECTIVES = {  # scheduler -> patterns its documented syntax takes for cores, memory, run time
     "slurm": [r"^#SBATCH -n 1$", r"^#SBATCH --cpus-per-task=2$", r"^#SBATCH --mem=\d+[MG]$", r"^#SBATCH -t 00:20:00$"],
@@ -72,7 +72,7 @@ def test_dry_run_prints_a_job_script_for_schedulers_not_at_hand(cli, tmp_path, k
 
 
 def test_lsf_run_limits_are_hours_and_minutes():
-    from zarrmill.runtime.schedulers.lsf import lsf_walltime
+    from zarrmill.runtime.execution.schedulers.lsf import lsf_walltime
 
     assert [lsf_walltime(v) for v in ("01:00:00", "00:30:30", "2:05", "90")] == ["01:00", "00:31", "2:05", "90"]
     with pytest.raises(ConfigError, match="LSF takes"):

@@ -152,7 +152,7 @@ def test_a_whole_run_through_a_minio_shaped_server_keeps_runs_apart(cli, tmp_pat
 
 
 def test_a_lease_taken_over_in_a_bucket_is_noticed_by_its_old_holder(bucket, s3env):
-    from zarrmill.runtime.locks import LeaseLost, open_lock
+    from zarrmill.runtime.core.locks import LeaseLost, open_lock
 
     url = f"s3://{bucket}/.p.ome.zarr.zarrmill/lock"
     first = open_lock(url, heartbeat=0.2, stale_after=0.5)

@@ -101,8 +101,8 @@ def test_slurm_workers_rewrite_through_another_mount_than_the_first_run(cli, slu
 
 
 def test_locks_ledger_and_a_whole_conversion_work_on_a_drive_without_hard_links(cli, tmp_path, fat_drive):
-    from zarrmill.runtime.ledger import Ledger
-    from zarrmill.runtime.locks import DatasetLock, Locked
+    from zarrmill.runtime.core.ledger import Ledger
+    from zarrmill.runtime.core.locks import DatasetLock, Locked
 
     (fat_drive / "a").write_text("x")
     with pytest.raises(OSError):

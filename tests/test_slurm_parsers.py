@@ -4,15 +4,15 @@ import shlex
 
 import pytest
 
-from zarrmill.runtime.jobqueue import cluster_kwargs as slurm_cluster_kwargs
-from zarrmill.runtime.schedulers.base import sanitize_job_name
-from zarrmill.runtime.schedulers.slurm import (
+from zarrmill.runtime.execution.jobqueue import cluster_kwargs as slurm_cluster_kwargs
+from zarrmill.runtime.execution.schedulers.base import sanitize_job_name
+from zarrmill.runtime.execution.schedulers.slurm import (
     SlurmCommandError,
     parse_sacct_states,
     parse_sbatch_parsable,
     parse_scontrol_job,
 )
-from zarrmill.runtime.spec import ExecutorSpec, Resources
+from zarrmill.runtime.execution.spec import ExecutorSpec, Resources
 
 SACCT = """12|COMPLETED|0:0
 12.batch|COMPLETED|0:0
@@ -96,7 +96,7 @@ def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path)
     with SLURMCluster(**kw) as cluster:
         script = cluster.job_script()
     assert f"cd {shlex.quote(os.getcwd())}" in script and "--tls-key" in script
-    assert "--resources MEMORY=600000000" in script  # each worker offers 60 % of its 1 GB (runtime/budget.py)
+    assert "--resources MEMORY=600000000" in script  # each worker offers 60 % of its 1 GB (runtime/core/budget.py)
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     with pytest.raises(ConfigError, match="executor.run_dir.*shell characters"):
@@ -111,7 +111,7 @@ def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path)
 
 def test_submit_refuses_newlines_in_sbatch_values(tmp_path):
     from zarrmill.errors import ConfigError
-    from zarrmill.runtime.submit import driver_script
+    from zarrmill.runtime.front.submit import driver_script
 
     wf = tmp_path / "wf.yaml"
     wf.write_text("name: x\nsteps: {}\n")
@@ -126,7 +126,7 @@ def test_an_entry_point_cannot_replace_a_built_in_task(monkeypatch):
     from importlib.metadata import EntryPoint
 
     from zarrmill.errors import ConfigError
-    from zarrmill.runtime import registry
+    from zarrmill.runtime.execution import registry
 
     fake = EntryPoint(name="ingest", value="evil_pkg.ingest", group=registry.ENTRY_POINT_GROUP)
     monkeypatch.setattr(registry, "entry_points", lambda group: [fake])
@@ -165,7 +165,7 @@ def test_dry_run_prints_each_pools_job_script_and_writes_nothing(cli, tmp_path, 
 
 
 def test_scontrol_job_lines_parse_and_end_reasons_are_named():
-    from zarrmill.runtime.schedulers.slurm import END_REASONS, parse_scontrol_jobs
+    from zarrmill.runtime.execution.schedulers.slurm import END_REASONS, parse_scontrol_jobs
 
     text = ("JobId=12 JobName=zm-a UserId=root(0) JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15\n"
             "JobId=13 JobName=zm-a JobState=OUT_OF_MEMORY Reason=OutOfMemory ExitCode=0:125\n"
@@ -178,7 +178,7 @@ def test_scontrol_job_lines_parse_and_end_reasons_are_named():
 def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
     import time
 
-    from zarrmill.runtime.schedulers import slurm
+    from zarrmill.runtime.execution.schedulers import slurm
 
     text = ("JobId=1 JobName=zm-a JobState=TIMEOUT SubmitTime=2020-01-01T00:00:00\n"
             f"JobId=2 JobName=zm-a JobState=OUT_OF_MEMORY SubmitTime={time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
@@ -190,7 +190,7 @@ def test_jobs_ended_before_the_run_started_are_not_blamed(monkeypatch):
 def test_a_memory_kill_recorded_as_failed_is_named_out_of_memory(tmp_path):
     """Without cgroups SLURM's OverMemoryKill ends a job FAILED; its log says why. The log path
     scontrol shows is dask-jobqueue's pattern (%J)."""
-    from zarrmill.runtime.schedulers.slurm import end_state, job_log_path
+    from zarrmill.runtime.execution.schedulers.slurm import end_state, job_log_path
 
     (tmp_path / "zm-a-77.err").write_text("worker started\nslurmstepd-vm: error: StepId=77.batch exceeded "
                                          "memory limit (226902016 > 209715200), being killed\n")

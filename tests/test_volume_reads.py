@@ -58,7 +58,7 @@ def test_a_truncated_tiff_says_so(tmp_path, volume):
 
 ALLOCATION_PROBE = """
 import ctypes, sys
-from zarrmill.runtime import malloc
+from zarrmill.runtime.core import malloc
 malloc.return_freed_memory()
 malloc.use_profile(sys.argv[1])
 
@@ -92,8 +92,8 @@ def test_the_allocator_profile_decides_where_mid_size_buffers_come_from(profile,
 
 def test_volume_units_ask_for_the_speed_profile(tmp_path, volume):
     from zarrmill.io.storage.guard import open_guard
-    from zarrmill.runtime.contract import PlanContext
-    from zarrmill.runtime.registry import get_task
+    from zarrmill.runtime.core.contract import PlanContext
+    from zarrmill.runtime.execution.registry import get_task
 
     tifffile.imwrite(tmp_path / "v.tif", volume, imagej=True, metadata={"axes": "ZYX"})
     task = get_task("ingest")

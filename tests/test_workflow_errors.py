@@ -92,7 +92,7 @@ def test_env_variable_and_set_override(cli, tmp_path, good, monkeypatch):
     monkeypatch.setenv("ZM_TEST_OUT", str(tmp_path / "envout"))
     wf = tmp_path / "wf.yaml"
     wf.write_text(good.replace("out: " + str(tmp_path / "out"), "out: ${env:ZM_TEST_OUT}"))
-    from zarrmill.runtime.workflow import load_workflow
+    from zarrmill.runtime.execution.workflow import load_workflow
 
     loaded = load_workflow(wf, ["steps.gen.params.n_blobs=7", "executor.kind=threads"])
     assert loaded.step("gen").params.output == str(tmp_path / "envout" / "a.ome.zarr")

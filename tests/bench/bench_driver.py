@@ -32,7 +32,8 @@ from zarrmill.io.storage.guard import bookkeeping_dir
 # run in the measured process: the engine as it is, with units that do nothing
 DRIVER = r"""
 import os, sys, time
-from zarrmill.runtime import ledger, unit_runners
+from zarrmill.runtime.core import ledger
+from zarrmill.runtime.execution import unit_runners
 stop_after = int(os.environ.get("BENCH_STOP_AFTER", "0"))
 if stop_after:  # units without pixels take microseconds, real ones seconds: record them as often
     ledger.FLUSH_EVERY_S = 0.01
@@ -46,7 +47,7 @@ def no_pixels(task, params, todo, client, opts):
         yield unit, 0, None
 
 unit_runners.run_inline = no_pixels
-from zarrmill.runtime.cli import main
+from zarrmill.runtime.front.cli import main
 sys.argv = ["zarrmill"] + sys.argv[1:]
 sys.exit(main())
 """

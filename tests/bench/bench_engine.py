@@ -20,10 +20,10 @@ from distributed import Client, LocalCluster
 
 from zarrmill.cluster_check import Params
 from zarrmill.io.storage.guard import bookkeeping_dir
-from zarrmill.runtime.engine import StepOptions, run_step
-from zarrmill.runtime.executors import Executor
-from zarrmill.runtime.registry import get_task
-from zarrmill.runtime.spec import ExecutorSpec
+from zarrmill.runtime.execution.engine import StepOptions, run_step
+from zarrmill.runtime.execution.executors import Executor
+from zarrmill.runtime.execution.registry import get_task
+from zarrmill.runtime.execution.spec import ExecutorSpec
 
 
 def noop(i: int) -> int:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from zarrmill.io.synthetic.playback import play_cellvoyager
-from zarrmill.runtime.commands import run_single_task
+from zarrmill.runtime.front.commands import run_single_task
 
 ROWS = "BCDEFG"
 

@@ -59,9 +59,9 @@ MUTANTS = [
      'if doc.get("folder") != [st.st_dev, st.st_ino]:', "if False:", GUARD),
     ("ownership ignores the seal", "tasks/io/storage/guard.py",
      'return not doc.get("sealed") or provenance_owner(self.root) == doc.get("id")', "return True", GUARD),
-    ("ledger keeps a torn last line", "tasks/runtime/ledger.py",
+    ("ledger keeps a torn last line", "tasks/runtime/core/ledger.py",
      "            lines = lines[:-1]  # torn last line from a crash", "            pass", LEDGER),
-    ("ledger forgets done units", "tasks/runtime/ledger.py",
+    ("ledger forgets done units", "tasks/runtime/core/ledger.py",
      '        return {line.decode() for line in lines if line}', "        return set()", LEDGER),
 ]
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO, forget_ownership
 
 from zarrmill.io.ngff.conformance import check_store
-from zarrmill.runtime.history import History
+from zarrmill.runtime.core.history import History
 
 pytestmark = pytest.mark.slurm
 WORKFLOW = REPO / "workflows" / "scheduled-cellvoyager.yaml"

@@ -215,8 +215,8 @@ def test_step_resources_get_their_own_pools_and_adapt_scales_from_zero(cli, slur
 def test_workers_talk_tls_and_dashboards_listen_on_localhost(slurm, tmp_path):
     """Scheduler, workers and client use TLS with credentials made for the run; the worker key
     lands in the run folder readable by its owner only."""
-    from zarrmill.runtime.executors import Executor
-    from zarrmill.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.execution.executors import Executor
+    from zarrmill.runtime.execution.spec import ExecutorSpec
 
     spec = ExecutorSpec(**slurm_executor(slurm, tmp_path, jobs=1))
     with Executor(spec, "tls", tmp_path / "run") as executor:
@@ -249,8 +249,8 @@ def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
     """local-directory, scheduler-options and python from the user's jobqueue.yaml are used as they are."""
     import dask.config
 
-    from zarrmill.runtime.jobqueue import cluster_kwargs as slurm_cluster_kwargs
-    from zarrmill.runtime.spec import ExecutorSpec
+    from zarrmill.runtime.execution.jobqueue import cluster_kwargs as slurm_cluster_kwargs
+    from zarrmill.runtime.execution.spec import ExecutorSpec
 
     config = {"local-directory": str(tmp_path / "scratch"), "python": "/opt/site/python3",
               "scheduler-options": {"dashboard_address": ":8799", "port": 0}}

@@ -1,6 +1,6 @@
 """The few storage operations zarrmill's bookkeeping needs, over a folder or an object-store
 prefix, so that the lock, the ledger and the ownership rules are each one algorithm
-(runtime/locks.py, runtime/ledger.py, ownership.py) whichever kind of storage holds them:
+(runtime/core/locks.py, runtime/core/ledger.py, ownership.py) whichever kind of storage holds them:
 
 - ``create``: create-exclusive, with the whole content (False when the key exists);
 - ``read``; ``stat`` (a version token and the age in seconds);

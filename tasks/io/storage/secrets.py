@@ -3,7 +3,7 @@ Azure signatures, tokens) would be echoed on the terminal and land in the ledger
 and job scripts, where every parameter goes. Such a URL given to zarrmill is one line that does not
 repeat the secret (:func:`refuse_secret_url`); text that arrives from elsewhere (a server's answer
 in a reader's error) passes through :func:`redact` wherever it leaves the process: the terminal and
-log handlers (runtime/redaction.py), errors.log, crash files, provenance and run history
+log handlers (runtime/front/redaction.py), errors.log, crash files, provenance and run history
 (:func:`redact_tree`)."""
 from __future__ import annotations
 

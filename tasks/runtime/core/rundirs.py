@@ -1,0 +1,43 @@
+"""Run folders (worker working directory, dask scratch, batch job logs, a run's TLS files) live in one
+place: ``$ZARRMILL_RUNS_DIR``, else ``$XDG_STATE_HOME/zarrmill/runs``, else
+``~/.local/state/zarrmill/runs`` (a home folder is shared with the compute nodes on most clusters,
+which batch workers need). ``executor.run_dir`` picks one folder for one workflow.
+``zarrmill runs --prune`` removes old ones; only folders zarrmill marked as its own are removed."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ...io.storage.guard import remove_bookkeeping
+
+MARKER = ".zarrmill-run"  # one of the output guard's BOOKKEEPING_MARKERS
+
+
+def runs_root() -> Path:
+    if os.environ.get("ZARRMILL_RUNS_DIR"):
+        return Path(os.environ["ZARRMILL_RUNS_DIR"])
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "zarrmill" / "runs"
+
+
+def make_run_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).touch()
+
+
+def prune(older_than_days: float, root: Path | None = None) -> list[Path]:
+    """Remove run folders (marked as zarrmill's) not touched for ``older_than_days``."""
+    root = root or runs_root()
+    cutoff = time.time() - older_than_days * 86400
+    removed = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        marker = folder / MARKER
+        if folder.is_dir() and not folder.is_symlink() and marker.is_file() and _newest(folder) < cutoff:
+            remove_bookkeeping(folder)
+            removed.append(folder)
+    return removed
+
+
+def _newest(folder: Path) -> float:
+    return max((p.stat().st_mtime for p in folder.rglob("*") if not p.is_symlink()), default=folder.stat().st_mtime)
