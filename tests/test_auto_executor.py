@@ -12,7 +12,7 @@ from conftest import tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 
 from zarrmill.runtime.core.budget import PlanSize, budget_of
-from zarrmill.runtime.execution.engine import StepOptions
+from zarrmill.runtime.execution.step_run import StepOptions
 from zarrmill.runtime.execution.executors import Executor
 from zarrmill.runtime.execution.registry import get_task
 from zarrmill.runtime.execution.spec import ExecutorSpec

@@ -20,7 +20,8 @@ from distributed import Client, LocalCluster
 
 from zarrmill.cluster_check import Params
 from zarrmill.io.storage.guard import bookkeeping_dir
-from zarrmill.runtime.execution.engine import StepOptions, run_step
+from zarrmill.runtime.execution.engine import run_step
+from zarrmill.runtime.execution.step_run import StepOptions
 from zarrmill.runtime.execution.executors import Executor
 from zarrmill.runtime.execution.registry import get_task
 from zarrmill.runtime.execution.spec import ExecutorSpec
@@ -34,7 +35,7 @@ def engine_step(tmp: Path, name: str, units: int, client, busy_ms: float = 0.0) 
     params = Params(output=str(tmp / name), units=units, busy_ms=busy_ms, record=False)
     opts = StepOptions(quiet=True)
     t0 = time.perf_counter()
-    run_step(name, get_task("cluster-check"), params, lambda: client, opts)
+    run_step(name, get_task("cluster-check"), params, lambda plan: client, opts)
     return time.perf_counter() - t0
 
 
@@ -59,7 +60,7 @@ def bench_planning(tmp: Path, units: int) -> None:
     ledger_dir = bookkeeping_dir(params.output) / "steps" / "plan"
     (ledger_dir / "step.json").write_text((ledger_dir / "step.json").read_text().replace('"done"', '"running"'))
     t0 = time.perf_counter()
-    run_step("plan", get_task("cluster-check"), params, lambda: None, StepOptions(quiet=True))
+    run_step("plan", get_task("cluster-check"), params, lambda plan: None, StepOptions(quiet=True))
     resume = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"2. {units} units on the driver (inline): plan+run+record {first:.2f} s, "

@@ -44,7 +44,7 @@ class StepRecord:
     task: str
     params: dict[str, Any]
     params_hash: str
-    state: str = "planned"  # planned -> running -> done
+    state: str = "planned"  # then the moves of step_states.py: planning -> running -> done (or following)
     n_units: int = 0
     updated: float = 0.0
     inputs: dict[str, list] = field(default_factory=dict)  # fingerprint of what the step read

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import InputError
-from .engine import StepOptions, StepReport, run_step
+from .engine import run_step
+from .step_run import StepOptions, StepReport
 from .executors import Executor
 from .ozx_output import ozx_target, run_ozx_step
 from ..core.provenance import record_step, step_entry
@@ -129,7 +130,7 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
         try:
             run = partial(run_ozx_step, run_step) if ozx_target(step.params) else run_step
             report = run(step.name, task, step.params,
-                         lambda step=step, task=task: executor.client_for(step.resources, task.workers, opts.plan), opts)
+                         lambda plan, step=step, task=task: executor.client_for(step.resources, task.workers, plan), opts)
         finally:
             executor.step_done(step.resources, task.workers)
         if report.ran:
