@@ -86,7 +86,7 @@ def test_a_set_without_a_key_names_the_set_argument(cli, tmp_path, item):
     code, _, err = cli("task", "generate", "--set", item, "--set", f"output={tmp_path / 'o'}")
     assert code == 2
     assert err.strip().splitlines() == [f"zarrmill: error: --set {item!r}: the key before '=' is empty or has "
-                                        "an empty part; expected KEY=VALUE, e.g. --set executor.kind=slurm"]
+                                        "an empty part; expected KEY=VALUE, e.g. --set executor.workers=4"]
     assert not (tmp_path / "o").exists()
 
 
@@ -106,7 +106,7 @@ def test_an_empty_parameter_file_is_named_empty(cli, tmp_path):
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["p.yaml"]
 
 
-@pytest.mark.parametrize("where", ["zarrmill.io.storage.atomic.os.fsync", "zarrmill.runtime.execution.engine.fingerprint"])
+@pytest.mark.parametrize("where", ["zarrmill.io.storage.atomic.os.fsync", "zarrmill.runtime.execution.step_run.fingerprint"])
 def test_a_full_disk_names_the_output_it_was_writing(cli, tmp_path, monkeypatch, where):
     """ENOSPC from write() or fsync() carries no file name; the line names what was being written."""
     import errno

@@ -152,7 +152,8 @@ def test_validate_lists_every_problem_and_run_says_one_line(cli, tmp_path):
     code, _, err = cli("validate", wf)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 4, err
-    assert ["wf.yaml:4:" in lines[0] and "seed" in lines[0], "sheep" in lines[1], "steps.b.params.input" in lines[2],
+    # a misspelt key first (it may be why another value is wrong), then the bad value
+    assert ["wf.yaml:4:" in lines[0] and "sheep" in lines[0], "seed" in lines[1], "steps.b.params.input" in lines[2],
             "unknown task 'nope'" in lines[3]] == [True] * 4
     code, _, err = cli("run", wf)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "+3 more problems" in err

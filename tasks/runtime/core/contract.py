@@ -132,7 +132,7 @@ class PlanContext:
     resume: bool = False
     overwrite: bool = False
     guard: OutputGuard | None = None  # every node the plan creates or replaces goes through it
-    saved: Any = None  # runtime/saved_plan.SavedPlan: what this plan read, kept for a resume
+    saved: Any = None  # runtime/core/saved_plan.SavedPlan: what this plan read, kept for a resume
     # a dry run (runtime/execution/sizing.py): a task may list here what would stop the real run on its input
     # (e.g. missing files) and go on planning, so the job is still sized
     problems: list[str] | None = None

@@ -1,5 +1,5 @@
 """Run a workflow: each step in dependency order on the executor's client for its resources, a
-provenance entry in each step's output afterwards. ``for_each`` workflows go to scheduler.py."""
+provenance entry in each step's output afterwards. ``for_each`` workflows go to foreach.py."""
 from __future__ import annotations
 
 import hashlib
@@ -46,7 +46,7 @@ def steps_hash(wf: Workflow) -> str:
 def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
                  only: list[str] | None = None, as_json: bool = False,
                  growing: Callable[[Any], Any] | None = None) -> list[StepReport]:
-    """The steps of one workflow (a ``for_each`` workflow goes through scheduler.run_for_each,
+    """The steps of one workflow (a ``for_each`` workflow goes through foreach.run_for_each,
     which calls ``run_steps`` per dataset). A dry run sizes every step (sizing.py); a step whose
     run would stop on bad input makes it fail as the run would, after the table."""
     if dry_run:

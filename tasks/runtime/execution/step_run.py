@@ -75,7 +75,7 @@ class StepRun:
     step: str
     task: Task
     params: TaskParams
-    get_client: Callable[[], Any]
+    get_client: Callable[[PlanSize], Any]
     opts: StepOptions
     guard: OutputGuard
     lock: Lease
@@ -138,10 +138,13 @@ class StepRun:
         self.ctx = PlanContext(step=self.step, resume=self.resume, overwrite=opts.overwrite or opts.upstream_changed,
                                guard=self.guard, saved=saved if growing is None else None, growing=growing)
         self.done = ledger.done_ids() if fresh else set()
-        self._record(PLANNING)
+        if self.changed:  # units done from other inputs: forgotten before the record names the new ones,
+            ledger.clear_done()  # so a run killed while planning never reruns to the old input's units
+        self.guard.make_dirs(ledger.dir)
         first_poll = growing is None or growing.polls <= 1  # a follower's later polls: nothing was killed since
         if self.resume and first_poll and not traits_of(self.guard.root).whole_writes:  # else no temp file is left
             remove_partial_files(self.guard)
+        self._record(PLANNING)
         self.lock.check()
         self.units = as_stream(self.task.plan(self.params, self.ctx))
         _check_unique_ids(self.task.name, self.units)
@@ -215,8 +218,6 @@ class StepRun:
 
     def _record(self, state: str) -> None:
         """The record written in its next state (an order the state moves allow)."""
-        if state == PLANNING:
-            self.guard.make_dirs(self.ledger.dir)
         self.rec.state = move(self.rec.state if state != PLANNING else (self.old.state if self.old else None), state)
         self.ledger.write_record(self.rec)
 

@@ -31,7 +31,8 @@ class OneLineParser(argparse.ArgumentParser):
         """``; did you mean '--dry-run'?`` for a misspelt option (argparse names none; it reports a
         command's leftovers at the top, so every command's options are candidates)."""
         given = re.match(r"unrecognized arguments: (--?[\w-]+)", message)
-        hint = did_you_mean(given.group(1), sorted(OPTIONS)) if given else ""
+        known = given is not None and given.group(1) in OPTIONS  # another command's option: no look-alike
+        hint = did_you_mean(given.group(1), sorted(OPTIONS)) if given and not known else ""
         return f"; {hint}" if hint else ""
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
