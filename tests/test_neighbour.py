@@ -475,3 +475,30 @@ def test_a_link_someone_else_made_on_the_way_to_the_output_is_refused(cli, tmp_p
     assert code == 2, err
     _one_line(err, "runs through", "symbolic link", "user id 65534")
     assert changes(before, snapshot(tmp_path)) == []
+
+
+def test_a_made_folder_a_neighbour_swaps_for_a_link_at_the_last_moment_is_left_and_so_is_theirs(tmp_path, monkeypatch):
+    """remove_made_folders' rmdir (guard_fs.remove_empty): the folder is judged with lstat, then a
+    neighbour replaces it with a link to their own folder before the rmdir. The rmdir refuses the
+    link (never followed); the link and their folder stay, and the run goes on with a warning."""
+    from zarrmill.io.storage import guard_fs
+
+    made, theirs = tmp_path / "made", tmp_path / "theirs"
+    made.mkdir()
+    theirs.mkdir()
+    (theirs / "data.txt").write_text("the neighbour's")
+    real_listdir = os.listdir
+
+    def swap_then_list(path):
+        names = real_listdir(path)
+        if Path(path) == made and made.is_dir() and not made.is_symlink():
+            made.rmdir()
+            made.symlink_to(theirs)  # between the check and the rmdir
+        return names
+
+    monkeypatch.setattr(guard_fs.os, "listdir", swap_then_list)
+    assert guard_fs.remove_empty(made) is False
+    assert made.is_symlink() and (theirs / "data.txt").read_text() == "the neighbour's"
+    monkeypatch.setattr(guard_fs.os, "listdir", real_listdir)
+    assert guard_fs.remove_empty(made) is False, "a link where the folder was is left (lstat: not a folder)"
+    assert made.is_symlink() and theirs.is_dir()

@@ -2,6 +2,10 @@
 states of a step's record, one by one, and the order a real run writes them in (step_run.py)."""
 from __future__ import annotations
 
+import dataclasses
+
+import blosc2
+import numpy as np
 import pytest
 
 from zarrmill.runtime.core import step_states
@@ -71,3 +75,26 @@ def test_the_callers_options_are_not_changed_by_a_run(tmp_path):
              lambda plan: seen.append(plan) or None, opts)
     assert opts == StepOptions(quiet=True, unit_budget=opts.unit_budget)
     assert seen and seen[0].units == 2, "get_client is given the size of what is left"
+
+
+def test_a_rerun_killed_while_planning_after_its_input_changed_never_keeps_the_old_inputs_units(tmp_path):
+    """The record names the new inputs from ``planning`` on: the units done from the old input must
+    be forgotten by then, or the next run skips them and serves the old pixels as done."""
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    for i in range(3):
+        np.save(cases / f"c{i}.npy", np.full((8, 16, 16), 1, np.uint16))
+    task = get_task("compress")
+    params = task.params_model(input=str(cases), output=str(tmp_path / "out"), patch=[8, 16, 16])
+    assert run_step("c", task, params, lambda plan: None, StepOptions(quiet=True)).ran == 3
+    np.save(cases / "c0.npy", np.full((8, 16, 16), 7, np.uint16))  # the input changes
+
+    def killed(p, ctx):
+        raise KeyboardInterrupt("killed while planning")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_step("c", dataclasses.replace(task, plan=killed), params, lambda plan: None, StepOptions(quiet=True))
+    third = run_step("c", task, params, lambda plan: None, StepOptions(quiet=True))
+    assert third.skipped == 0 and third.ran == 3, third
+    (c0,) = [p for p in (tmp_path / "out").rglob("c0*.b2nd")]
+    assert np.all(blosc2.open(str(c0), mode="r")[:] == 7), "the old input's pixels served as done"

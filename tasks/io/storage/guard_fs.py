@@ -268,6 +268,10 @@ def remove_empty(path: os.PathLike[str] | str, quiet: bool = False) -> bool:
     except FileNotFoundError:
         return True
     except OSError as err:
+        if err.errno == errno.ENOTDIR:  # replaced by a link or file since the lstat: not ours, left
+            if not quiet:
+                warn(path, "this run made a folder here, and now something else stands there: left as it is")
+            return False
         if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
         if not quiet:

@@ -15,7 +15,7 @@ from zarr.storage import WrapperStore
 
 if TYPE_CHECKING:
     from zarr.abc.store import ByteRequest, Store
-    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.abc.buffer import Buffer, BufferPrototype  # the public ABCs (zarr.core is internal)
 
 
 class PrefixedStore(WrapperStore):
