@@ -15,7 +15,8 @@ from pathlib import Path
 from pydantic import Field
 
 from .io.storage.atomic import atomic_write_json
-from .runtime.core.contract import PlanContext, TaskParams, Unit
+from .runtime.core.contract import PlanContext, TaskParams
+from .runtime.core.units import TypedUnit
 
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
@@ -40,14 +41,14 @@ class Params(TaskParams):
 UNIT_OVERHEAD = 8 * 2**20
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[TypedUnit]:
     ctx.guard.make_dirs(Path(p.output))
     declared = p.hold_mb if p.declare_mb is None else p.declare_mb
     memory = int(declared * 2**20) + UNIT_OVERHEAD if declared else 0  # the executor budgets it
-    return [{"id": str(i), **({"memory": memory} if memory else {})} for i in range(p.units)]
+    return [TypedUnit(id=str(i), memory=memory) for i in range(p.units)]
 
 
-def run_unit(p: Params, unit: Unit) -> int:
+def run_unit(p: Params, unit: TypedUnit) -> int:
     started = time.time()
     held = bytearray(int(p.hold_mb * 2**20))
     # touch every page (RSS, not just address space), 16 MB every 20 ms: memory grows as a real
@@ -69,7 +70,7 @@ def run_unit(p: Params, unit: Unit) -> int:
                     if re.search(r"(^|_)JOB_?ID$", name) and value), None)
         where = {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "started": started,
                  "ended": time.time()}
-        atomic_write_json(Path(p.output) / "units" / f"{unit['id']}.json", where)
+        atomic_write_json(Path(p.output) / "units" / f"{unit.id}.json", where)
     return 0
 
 

@@ -22,7 +22,8 @@ from .io.storage.arrays import (
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
 from .runtime.core.budget import holds
-from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
+from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams
+from .runtime.core.units import RegionUnit, describe_region
 
 AXIS_ORDER = "tczyx"
 UNIT_MB = 32
@@ -80,18 +81,18 @@ def _spec(p: Params) -> ArraySpec:
                      tuple(p.axes))
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[RegionUnit]:
     spec = _spec(p)
     ensure_group(p.output_path(), spec.zarr_format, ctx)
     ensure_array(p.output_path(), "0", spec, ctx)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(p.dtype).itemsize, int(p.unit_mb * 2**20))
-    return [{"id": f"r{i}", "region": [list(r) for r in reg], "memory": holds(reg, np.dtype(p.dtype).itemsize)}
+    return [RegionUnit(id=f"r{i}", region=[list(r) for r in reg], memory=holds(reg, np.dtype(p.dtype).itemsize))
             for i, reg in enumerate(regions)]
 
 
-def run_unit(p: Params, unit: Unit) -> int:
+def run_unit(p: Params, unit: RegionUnit) -> int:
 
-    region = [tuple(r) for r in unit["region"]]
+    region = [(a, b) for a, b in unit.region]
     space_shape = tuple(p.shape[i] for i in p.spatial)
     blobs = Blobs.make(space_shape, p.n_blobs, p.blob_radius, p.seed)
     space_region = tuple(region[i] for i in p.spatial)
@@ -119,5 +120,5 @@ def finish(p: Params, ctx: PlanContext) -> None:
                          name=p.output_path().stem, extra=extra)
 
 
-def describe_unit(unit: Unit) -> str:
-    return "region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
+def describe_unit(unit: RegionUnit) -> str:
+    return f"region {describe_region(unit.region)}"

@@ -9,6 +9,8 @@ instrument. Fields sit on a grid per well, optionally overlapping and with seede
 that has finished."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Literal
@@ -20,7 +22,15 @@ from .io.synthetic import cellvoyager, cq, hcsai, metaxpress, operetta, scanr
 from .io.synthetic.cellvoyager import FieldSpec, layout, render_field
 from .io.synthetic.plate_spec import PlateSpec
 from .runtime.core.budget import holds
-from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams, Unit
+from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams
+from .runtime.core.units import TypedUnit
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldIndexUnit(TypedUnit):
+    """One field of view of the generated plate: the ``field``-th of ``Params.fields()``."""
+
+    field: int
 
 
 class _HtdExport:
@@ -99,15 +109,15 @@ class Params(TaskParams):
         return (self.z_planes, self.grid[0] * self.shape[0] + 100, self.grid[1] * self.shape[1] + 100)
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[FieldIndexUnit]:
     Path(p.output).mkdir(parents=True, exist_ok=True)
     # a unit holds one plane at a time, with the noise and blobs it is made of
     plane = holds([[0, p.shape[0]], [0, p.shape[1]]], np.dtype(p.dtype).itemsize, copies=4)
-    return [{"id": f"{fs.well}/{fs.index}", "field": i, "memory": plane} for i, fs in enumerate(p.fields())]
+    return [FieldIndexUnit(id=f"{fs.well}/{fs.index}", field=i, memory=plane) for i, fs in enumerate(p.fields())]
 
 
-def run_unit(p: Params, unit: Unit) -> int:
-    fs = p.fields()[unit["field"]]
+def run_unit(p: Params, unit: FieldIndexUnit) -> int:
+    fs = p.fields()[unit.field]
     spec = p.spec()
     if spec.failed(fs.well, fs.index):
         return 0  # the instrument wrote no image of it
@@ -126,7 +136,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     WRITERS[p.format].finish(Path(p.output), p.spec(), p.fields())
 
 
-def describe_unit(unit: Unit) -> str:
-    return f"field {unit['id']}"
+def describe_unit(unit: FieldIndexUnit) -> str:
+    return f"field {unit.id}"
 
 

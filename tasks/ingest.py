@@ -49,7 +49,10 @@ from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_i
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.readers.volume import open_volume
 from .runtime.core.budget import REGION_COPIES, holds
-from .runtime.core.contract import THREADS, PlanContext, Unit
+from .runtime.core.contract import THREADS, PlanContext
+from .runtime.core.units import describe_region
+from .ingest_units import FieldRegionUnit, FieldUnit, ImageRegionUnit
+from .well_units import ComposeUnit, OverviewUnit
 from .runtime.core.unit_stream import UnitStream
 from .io.storage.location import zarr_url
 
@@ -64,9 +67,7 @@ ARCHIVE_ENTRY_BYTES = 1 << 20  # an .ozx: planes smaller than this are sharded t
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
-# the acquisition a plan read, for the finish of the same run (one entry: popped by finish, and
-# replaced by every plan, so a later run never sees an earlier run's)
-_PLANNED: dict[str, Acquisition] = {}
+IngestUnit = FieldUnit | FieldRegionUnit | ImageRegionUnit | ComposeUnit | OverviewUnit | pyramid.LevelUnit
 
 def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     shape = field_shape(acq)
@@ -88,20 +89,19 @@ def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
 
 
 # -- plan / run / finish ---------------------------------------------------------------------------
-def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
+def plan(p: Params, ctx: PlanContext) -> list[IngestUnit] | UnitStream:
     if p.resolved_format() == "image":
         if p.layout == "well":
             raise ConfigError(f"{p.input}: one image file, not a plate; layout 'well' is for plates (drop it)")
         return _plan_image(p, ctx)
     # zarrmill follow: the wells ready at this poll (ingest_follow.py), checked there
     acq = ctx.growing.acquisition if ctx.growing is not None else planned_acquisition(p, ctx)
-    _PLANNED.clear()  # one entry at most: a plan that failed after this leaves nothing behind for long
-    _PLANNED[p.model_dump_json()] = acq  # finish uses it: the acquisition is read once per run
+    ctx.carried["acquisition"] = acq  # finish uses it: the acquisition is read once per run
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)
     root = p.output_path()
     ensure_group(root, NGFF_FORMATS[p.ngff_version], ctx)
-    units: list[Unit] = []
+    units: list[IngestUnit] = []
     for part in acq.parts():  # wells imaged alike: each its own channels and time points
         spec = _plate_spec(p, part)
         part_units = _plan_fields(p, part, spec, ctx)
@@ -111,10 +111,10 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit] | UnitStream:
     return units
 
 
-def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext) -> list[Unit]:
+def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext) -> list[IngestUnit]:
     """The field images of one plate acquisition (``Acquisition.parts``) and the units writing them."""
     root = p.output_path()
-    units = []
+    units: list[IngestUnit] = []
     plane = math.prod(acq.image_shape_yx) * np.dtype(acq.dtype).itemsize
     stack = plane * min(acq.n_z, max(1, BATCH_BYTES // plane))  # the planes one write holds (run_unit)
     origins = well_origins(acq) if p.pyramid else {}
@@ -130,25 +130,29 @@ def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext)
         every = planes.files()
         for t in range(acq.n_t):
             files = [[c, z, path] for tt, c, z, path in every if tt == t]
-            units.append({"id": f"{path}/t{t}", "field": path, "t": t, "planes": files,
-                          "has_t": acq.has_t, "missing_ok": p.missing == "zeros",
-                          "memory": int(stack * REGION_COPIES)})
+            units.append(FieldUnit(id=f"{path}/t{t}", field=path, t=t, planes=files, has_t=acq.has_t,
+                                   missing_ok=p.missing == "zeros", memory=int(stack * REGION_COPIES)))
     return units
 
 
-def run_unit(p: Params, unit: Unit) -> int:
-    if "src" in unit:  # a pyramid level read back from the one above (below what units build in memory)
-        return pyramid.run_level_unit(p.output_path(), unit)
-    if "kind" in unit:  # layout well: well images, their pyramid, the overview
-        return ingest_wells.run_unit(p, unit)
-    if "field" in unit and "region" in unit:
-        return _run_field_region(p, unit)
-    if "region" in unit:
-        return _run_image_unit(p, unit)
-    arr = open_for_write(p.output_path() / unit["field"] / "0")
-    lead = (unit["t"],) if unit["has_t"] else ()
+def run_unit(p: Params, unit: IngestUnit) -> int:
+    match unit:
+        case pyramid.LevelUnit():  # a level read back from the one above (below what units build in memory)
+            return pyramid.run_level_unit(p.output_path(), unit)
+        case ComposeUnit() | OverviewUnit():  # layout well: well images, their pyramid, the overview
+            return ingest_wells.run_unit(p, unit)
+        case FieldRegionUnit():
+            return _run_field_region(p, unit)
+        case ImageRegionUnit():
+            return _run_image_unit(p, unit)
+    return _run_field(p, unit)
+
+
+def _run_field(p: Params, unit: FieldUnit) -> int:
+    arr = open_for_write(p.output_path() / unit.field / "0")
+    lead = (unit.t,) if unit.has_t else ()
     by_c: dict[int, dict[int, str]] = {}
-    for c, z, path in unit["planes"]:
+    for c, z, path in unit.planes:
         by_c.setdefault(c, {})[z] = path
     nbytes = 0
     batch = max(1, BATCH_BYTES // (math.prod(arr.shape[-2:]) * arr.dtype.itemsize))
@@ -160,7 +164,7 @@ def run_unit(p: Params, unit: Unit) -> int:
             files = {i: by_c.get(c, {}).get(z) for i, z in enumerate(zs)}
             # a missing plane costs nothing: unwritten chunks read as the fill value, zero (missing
             # planes are recorded in finish; a redo clears the store, so nothing stale is left)
-            files = {i: f for i, f in files.items() if f is not None and not (unit["missing_ok"] and not plane_exists(f))}
+            files = {i: f for i, f in files.items() if f is not None and not (unit.missing_ok and not plane_exists(f))}
             if not files:
                 continue
             stack = np.zeros((len(zs),) + tuple(arr.shape[-2:]), dtype=arr.dtype)
@@ -175,7 +179,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     if p.resolved_format() == "image":
         return _finish_image(p)
     acq = ctx.growing.acquisition if ctx.growing is not None else (
-        _PLANNED.pop(p.model_dump_json(), None) or read_acquisition(p))
+        ctx.carried.pop("acquisition", None) or read_acquisition(p))
     if p.layout == "well":
         return ingest_wells.finish(p, acq, ctx.guard)
     root = p.output_path()
@@ -230,26 +234,26 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
     return ArraySpec(shape, dtype, chunks, None, p.chosen_codec(), NGFF_FORMATS[p.ngff_version], tuple(axes)), sizes, axes
 
 
-def _plan_image(p: Params, ctx: PlanContext) -> list[Unit]:
+def _plan_image(p: Params, ctx: PlanContext) -> list[IngestUnit]:
     spec, sizes, axes = _image_spec(p)
     ensure_group(p.output_path(), spec.zarr_format, ctx)
     ensure_array(p.output_path(), "0", spec, ctx)
     if p.pyramid:
         return _region_units(p, ctx, "", _image_meta(p, axes, sizes), spec, IMAGE_UNIT_MB * 2**20)
     regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
-    return [{"id": f"r{i}", "region": [list(r) for r in reg], "memory": holds(reg, np.dtype(spec.dtype).itemsize)}
+    return [ImageRegionUnit(id=f"r{i}", region=[list(r) for r in reg], memory=holds(reg, np.dtype(spec.dtype).itemsize))
             for i, reg in enumerate(regions)]
 
 
-def _run_image_unit(p: Params, unit: Unit) -> int:
+def _run_image_unit(p: Params, unit: ImageRegionUnit) -> int:
     vol = open_volume(p.input, p.axes)
     try:
-        data = vol.read([tuple(r) for r in unit["region"]])
+        data = vol.read([(a, b) for a, b in unit.region])
     finally:
         vol.close()
-    write_region(open_for_write(p.output_path() / "0"), [a for a, _ in unit["region"]], data)
-    return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in unit["region"]], p.output_path(),
-                                                   unit.get("levels", []))
+    start = [a for a, _ in unit.region]
+    write_region(open_for_write(p.output_path() / "0"), start, data)
+    return data.nbytes + pyramid.write_levels_from(data, start, p.output_path(), unit.levels)
 
 
 # -- the pyramid in the same pass (pyramid: true) ----------------------------------------------------
@@ -272,7 +276,7 @@ def _field_meta(p: Params, acq: Acquisition, root: Path, levels: list[Level]) ->
 
 
 def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec: ArraySpec, unit_bytes: int,
-                  fov_planes: list | None = None) -> list[Unit]:
+                  fov_planes: list | None = None) -> list[IngestUnit]:
     """Units writing level 0 of ``image`` (a field, or "" for a single image) in regions, with the
     levels they can build from them in memory; then the units reading back the levels below."""
     itemsize = np.dtype(spec.dtype).itemsize
@@ -281,16 +285,15 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
         block = block[:-2] + tuple(spec.shape[-2:])
     regions, levels, rest = pyramid.plan_levels_with_regions(
         _pyramid_params(p), p.output_path(), image, meta, ctx, block, unit_bytes, int(p.volume_mb * 2**20))
-    units = []
+    units: list[IngestUnit] = []
     for i, reg in enumerate(regions):
-        unit: Unit = {"id": f"{image}/r{i}" if image else f"r{i}", "region": [list(r) for r in reg],
-                      "levels": levels, "memory": holds(reg, itemsize)}
+        uid, region, memory = f"{image}/r{i}" if image else f"r{i}", [list(r) for r in reg], holds(reg, itemsize)
         if fov_planes is None:  # a volume's regions: a few large buffers, reused (runtime/core/malloc.py)
-            unit["allocator"] = "speed"
+            units.append(ImageRegionUnit(id=uid, region=region, levels=levels, memory=memory, allocator="speed"))
         else:
-            unit.update(field=image, missing_ok=p.missing == "zeros",
-                        planes=[f for f in fov_planes.files() if _inside(reg, f, meta)])
-        units.append(unit)
+            units.append(FieldRegionUnit(id=uid, region=region, levels=levels, memory=memory, field=image,
+                                         missing_ok=p.missing == "zeros",
+                                         planes=[f for f in fov_planes.files() if _inside(reg, f, meta)]))
     return units + rest
 
 
@@ -300,12 +303,12 @@ def _inside(region: tuple[tuple[int, int], ...], plane: list, meta: ImageMeta) -
     return all(a <= plane["tcz".index(name)] < b for name, (a, b) in index.items() if name in "tcz")
 
 
-def _run_field_region(p: Params, unit: Unit) -> int:
+def _run_field_region(p: Params, unit: FieldRegionUnit) -> int:
     """One region of a field, (t) c z y x, assembled from its plane files, then its lower levels."""
-    root = p.output_path() / unit["field"]
+    root = p.output_path() / unit.field
     arr = open_for_write(root / "0")
-    region = [tuple(r) for r in unit["region"]]
-    planes = [pl for pl in unit["planes"] if not (unit["missing_ok"] and not plane_exists(pl[3]))]
+    region = [(a, b) for a, b in unit.region]
+    planes = [pl for pl in unit.planes if not (unit.missing_ok and not plane_exists(pl[3]))]
     if not planes:
         return 0  # every plane missing: its chunks and levels stay unwritten, reading as zero
     data = np.zeros(tuple(b - a for a, b in region), dtype=arr.dtype)
@@ -315,7 +318,7 @@ def _run_field_region(p: Params, unit: Unit) -> int:
         read_plane_into(path, data[tuple(i - a for i, (a, _) in zip(index, region))])
     start = [a for a, _ in region]
     write_region(arr, start, data)
-    return data.nbytes + pyramid.write_levels_from(data, start, root, unit["levels"])
+    return data.nbytes + pyramid.write_levels_from(data, start, root, unit.levels)
 
 
 def _finish_image(p: Params) -> None:
@@ -336,11 +339,12 @@ def _finish_image(p: Params) -> None:
                          extra=extra)
 
 
-def describe_unit(unit: Unit) -> str:
-    if "kind" in unit or "src" in unit:
-        return reshard.describe_unit(unit)
-    if "field" in unit and "region" in unit:
-        return f"field {unit['field']} region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
-    if "region" in unit:
-        return "region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
-    return f"field {unit['field']} t={unit['t']} ({len(unit['planes'])} planes)"
+def describe_unit(unit: IngestUnit) -> str:
+    match unit:
+        case FieldRegionUnit():
+            return f"field {unit.field} region {describe_region(unit.region)}"
+        case ImageRegionUnit():
+            return f"region {describe_region(unit.region)}"
+        case FieldUnit():
+            return f"field {unit.field} t={unit.t} ({len(unit.planes)} planes)"
+    return reshard.describe_unit(unit)

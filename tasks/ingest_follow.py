@@ -35,6 +35,7 @@ from .io.ngff.acquisition import Acquisition
 from .io.readers.growing import GrowingMeasurement, Reread, Snapshot
 from .io.readers.registry import ReadOptions
 from .io.readers.yokogawa import read_measurement
+from .runtime.core.units import TypedUnit
 
 FOLLOWED = {"cellvoyager": "the mlf, record by record", "cq": "the mlf, record by record",
             "imagexpress": "the .HTD and well files, re-read", "metaxpress": "the well folders, re-read",
@@ -150,16 +151,17 @@ class Follower:
         for line in dict.fromkeys(self.source.lines):
             print(line, file=sys.stderr, flush=True)
 
-    def versioned(self, units: list[dict], layout: str) -> list[dict]:
+    def versioned(self, units: list[TypedUnit], layout: str) -> list[TypedUnit]:
         """Each unit's id with its well's version and its array's ``layout``: the units of a well
         whose files or array changed are not done."""
         by_prefix = {f"{self.acquisition.row_label(r)}/{self.acquisition.col_label(c)}": v
                      for (r, c), v in self.versions.items()}
-        for unit in units:
-            prefix = "/".join(unit["id"].split("/")[:2])
+
+        def version(unit: TypedUnit) -> TypedUnit:
+            prefix = "/".join(unit.id.split("/")[:2])
             digest = hashlib.blake2b(f"{by_prefix.get(prefix, 'plate')}|{layout}".encode(), digest_size=8)
-            unit["id"] = f"{unit['id']}@{digest.hexdigest()}"
-        return units
+            return replace(unit, id=f"{unit.id}@{digest.hexdigest()}")
+        return [version(unit) for unit in units]
 
 
 def _source(p: Params, say: Callable[[str], None]):

@@ -9,6 +9,7 @@ instrument's files, read whole planes at a time. On a regular grid a level-0 sha
 plane, so each file is read once."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,9 +35,10 @@ from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
 from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.storage.guard import OutputGuard
-from .runtime.core.contract import PlanContext, Unit
+from .runtime.core.contract import PlanContext
 from .runtime.core.unit_stream import UnitStream
 from .io.storage.location import zarr_url
+from .well_units import ComposeUnit
 
 
 
@@ -101,14 +103,12 @@ def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> UnitStream:
     keys: dict[int, dict[tuple[int, int, int], int]] = {}  # one well's FOVs at a time
     well = [""]
 
-    def complete(unit: Unit) -> Unit:
-        if unit["well"] != well[0]:
-            well[0] = unit["well"]
+    def complete(unit: ComposeUnit) -> ComposeUnit:
+        if unit.well != well[0]:
+            well[0] = unit.well
             keys.clear()
-        unit["missing_ok"] = missing_ok
-        for fov in unit["fovs"]:
-            fov["planes"] = _region_files(fov["planes"], unit["region"], keys)
-        return unit
+        fovs = [{**fov, "planes": _region_files(fov["planes"], unit.region, keys)} for fov in unit.fovs]
+        return replace(unit, fovs=fovs, missing_ok=missing_ok)
 
     return reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx, complete)
 
@@ -126,12 +126,12 @@ def _region_files(planes: FieldPlanes, region: list[list[int]], keys: dict[int, 
     return [[t, c, z, path] for (t, c, z), path in zip(found, planes.table.paths(np.array(rows, dtype=np.int64)))]
 
 
-def run_unit(p: Params, unit: Unit) -> int:
+def run_unit(p: Params, unit: reshard.ReshardUnit) -> int:
     rp = reshard_params(p)
-    if unit.get("kind") != "compose":
+    if not isinstance(unit, ComposeUnit):
         return reshard.run_unit(rp, unit)  # pyramid levels and the overview: from the well images
-    dst = rp.output_path() / unit["well"] / rp.image_name / "0"
-    return reshard.paint(unit, dst, rp.overlap, _file_reader(unit["missing_ok"]))
+    dst = rp.output_path() / unit.well / rp.image_name / "0"
+    return reshard.paint(unit, dst, rp.overlap, _file_reader(unit.missing_ok))
 
 
 def _file_reader(missing_ok: bool) -> reshard.FovReader:

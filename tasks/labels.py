@@ -30,8 +30,11 @@ from .io.ngff.metadata import (
 )
 from .io.readers.volume import open_volume
 from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
-from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams, Unit
+from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams
+from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url
+
+LabelUnit = RegionUnit | pyramid.LevelUnit  # a region of the mask copied into level 0; the levels below
 
 UNIT_MB = 64
 
@@ -112,7 +115,7 @@ def _label_meta(p: Params) -> tuple[ImageMeta, ArraySpec]:
     return meta, ArraySpec(shape, str(dtype), chunks, None, p.codec, NGFF_FORMATS[image.version], tuple(names))
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[LabelUnit]:
     meta, spec = _label_meta(p)
     root = as_location(p.image)
     target = root / p.label_path()
@@ -122,21 +125,21 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     for part in ("labels", p.label_path()):
         ensure_group(root / part, spec.zarr_format, ctx)
     ensure_array(root / p.label_path(), "0", spec, ctx)
-    units: list[Unit] = [{"id": f"0:{i}", "stage": 0, "region": [list(r) for r in reg]} for i, reg in
-                         enumerate(group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, UNIT_MB * 2**20))]
+    units: list[LabelUnit] = [RegionUnit(id=f"0:{i}", region=[list(r) for r in reg]) for i, reg in
+                              enumerate(group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, UNIT_MB * 2**20))]
     return units + pyramid.plan_image_levels(p.pyramid_params(), root, p.label_path(), meta, ctx)
 
 
-def run_unit(p: Params, unit: Unit) -> int:
-    if "dst" in unit:
+def run_unit(p: Params, unit: LabelUnit) -> int:
+    if isinstance(unit, pyramid.LevelUnit):
         return pyramid.run_level_unit(as_location(p.image), unit)
     vol = open_volume(p.input, p.axes)
     try:
-        data = vol.read([tuple(r) for r in unit["region"]])
+        data = vol.read([(a, b) for a, b in unit.region])
     finally:
         vol.close()
     dst = open_for_write(as_location(p.image) / p.label_path() / "0")
-    dst[tuple(slice(a, b) for a, b in unit["region"])] = data.astype(dst.dtype, copy=False)
+    dst[tuple(slice(a, b) for a, b in unit.region)] = data.astype(dst.dtype, copy=False)
     return data.nbytes
 
 
@@ -155,6 +158,6 @@ def finish(p: Params, ctx: PlanContext) -> None:
                                                                 if meta.version != "0.4" else {})})
 
 
-def describe_unit(unit: Unit) -> str:
-    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
-    return f"level {unit.get('dst', '0')} region {where}"
+def describe_unit(unit: LabelUnit) -> str:
+    level = unit.dst if isinstance(unit, pyramid.LevelUnit) else "0"
+    return f"level {level} region {describe_region(unit.region)}"

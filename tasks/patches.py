@@ -22,6 +22,8 @@ table in zarr arrays, so zarr-python walks the store without a warning); the sto
 record where every patch came from. Read the patches with ``PatchDataset(store)``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from pathlib import Path
 from typing import Literal
@@ -47,8 +49,17 @@ from .io.training.cuboids import (
 from .io.ngff.metadata import check_dimensions, level_index, read_attrs, read_image
 from .io.readers.points import read_points
 from .io.ngff.units import ngff_to_micrometer
-from .runtime.core.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams, Unit
+from .runtime.core.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams
+from .runtime.core.units import TypedUnit
 from .io.storage.location import as_location, recorded_name, zarr_url
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchRangeUnit(TypedUnit):
+    """Patches ``start`` to ``stop`` (of the table): whole shards of the patch array."""
+
+    start: int
+    stop: int
 
 STATUS = dict(enumerate(PATCH_STATUS))  # table/status code -> the text points_table shows
 
@@ -252,7 +263,7 @@ def out_size(p: Params) -> tuple[int, ...]:
     return tuple(p.cuboid or p.tile)
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[PatchRangeUnit]:
     arr, vs = open_image(p)
     req = requests(p, arr, vs)
     n_space = len(out_size(p))
@@ -277,7 +288,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
     layer = req["origin"][:, 0] // arr.chunks[-n_space] if n_space == 3 else np.zeros(n, np.int64)
-    return [{"id": f"p{a}", "start": a, "stop": b} for a, b in unit_ranges(layer, shard, per_unit)]
+    return [PatchRangeUnit(id=f"p{a}", start=a, stop=b) for a, b in unit_ranges(layer, shard, per_unit)]
 
 
 def _report_dropped(p: Params, status: np.ndarray, table: Path) -> None:
@@ -319,10 +330,10 @@ def unit_ranges(layer: np.ndarray, shard: int, per_unit: int) -> list[tuple[int,
     return out
 
 
-def run_unit(p: Params, unit: Unit) -> int:
+def run_unit(p: Params, unit: PatchRangeUnit) -> int:
     arr, vs = open_image(p)
     out = p.output_path()
-    table = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[unit["start"]:unit["stop"]]
+    table = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[unit.start:unit.stop]
              for k in ("origin", "size", "status")}
     n_space = len(out_size(p))
     lead_shape = arr.shape[:-n_space]
@@ -330,11 +341,11 @@ def run_unit(p: Params, unit: Unit) -> int:
     shard = dst.shards[0] if dst.shards else 1
     cache = ChunkCache(lambda idx: read_chunk(arr, idx), arr.chunks, arr.shape, arr.dtype, int(p.cache_mb * 2**20))
     written = 0
-    for s0 in range(unit["start"], unit["stop"], shard):
-        s1 = min(s0 + shard, unit["stop"])
+    for s0 in range(unit.start, unit.stop, shard):
+        s1 = min(s0 + shard, unit.stop)
         buf = np.zeros((s1 - s0,) + tuple(dst.shape[1:]), dtype=arr.dtype)
         for k in range(s0, s1):
-            i = k - unit["start"]
+            i = k - unit.start
             if table["status"][i] != 0:
                 continue
             cut = read_padded(cache, table["origin"][i], table["size"][i], p.pad_mode, p.pad_value)
@@ -358,5 +369,5 @@ def finish(p: Params, ctx: PlanContext) -> None:
         "dropped": len(cols["point_id"]) - kept, "complete": True}}
 
 
-def describe_unit(unit: Unit) -> str:
-    return f"patches {unit['start']}-{unit['stop']}"
+def describe_unit(unit: PatchRangeUnit) -> str:
+    return f"patches {unit.start}-{unit.stop}"

@@ -15,6 +15,7 @@ Level-0 is never rewritten; the image metadata lists the new levels only once al
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -46,13 +47,28 @@ from .io.ngff.metadata import (
 )
 from .runtime.core.budget import holds
 from .runtime.core.unit_stream import Batch
-from .runtime.core.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams, Unit
+from .runtime.core.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams
+from .runtime.core.units import Region, TypedUnit, describe_region
 from .io.storage.location import zarr_url
 
 MAX_LEVELS = 12
 SLAB_BYTES = 4 * 2**20
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
+
+
+@dataclass(frozen=True, kw_only=True)
+class LevelUnit(TypedUnit):
+    """One region of level ``dst`` of ``image``, downsampled by ``factors`` from level ``src`` as
+    stored (also what ingest, reshard and labels run for the levels they read back)."""
+
+    image: str
+    src: str
+    dst: str
+    factors: list[int]
+    method: str
+    region: Region
+    sparse: bool = False
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
 EXAMPLE = {"params": {"input": "brain.ome.zarr", "min_size": 64}, "after": "generate"}
@@ -158,8 +174,8 @@ def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array, across_lead: bool
     return specs
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
-    units: list[Unit] = []
+def plan(p: Params, ctx: PlanContext) -> list[LevelUnit]:
+    units: list[LevelUnit] = []
     for image in _images(p):
         root = as_location(p.input) / image
         meta = read_image(root)
@@ -212,7 +228,7 @@ def _level0(path: Path) -> zarr.Array:
 
 
 def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
-                      first_stage: int = 1, sparse: bool = False) -> list[Unit]:
+                      first_stage: int = 1, sparse: bool = False) -> list[LevelUnit]:
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
     method, arr0, specs = _create_levels(p, base, image, meta, ctx)
@@ -221,7 +237,7 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
 
 
 def _level_units(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
-                 itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Unit]:
+                 itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[LevelUnit]:
     """Units building each level of ``specs`` from the one before as stored, starting from ``prev``;
     the first of them in stage ``first_stage``."""
     return [unit for batch in _level_batches(image, prev, specs, method, itemsize, unit_mb, first_stage, sparse)
@@ -236,11 +252,10 @@ def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], Arr
         regions = group_regions(spec.shape, spec.write_block, itemsize, int(unit_mb * 2**20))
         sizes = [holds(reg, itemsize) for reg in regions]
 
-        def unit_of(i: int, regions=regions, k=k, factors=factors, level=level, prev=prev) -> Unit:
-            return {"id": f"{image or '.'}:{level.path}:{i}", "stage": first_stage + k,
-                    "image": image, "src": prev, "dst": level.path, "factors": list(factors),
-                    "method": method, "sparse": sparse, "region": [list(r) for r in regions[i]],
-                    "memory": holds(regions[i], itemsize)}
+        def unit_of(i: int, regions=regions, k=k, factors=factors, level=level, prev=prev) -> LevelUnit:
+            return LevelUnit(id=f"{image or '.'}:{level.path}:{i}", stage=first_stage + k, image=image, src=prev,
+                             dst=level.path, factors=list(factors), method=method, sparse=sparse,
+                             region=[list(r) for r in regions[i]], memory=holds(regions[i], itemsize))
 
         batches.append(Batch(first_stage + k, len(regions), max(sizes, default=0), sum(sizes), all(sizes),
                              lambda i, level=level: f"{image or '.'}:{level.path}:{i}", unit_of))
@@ -268,7 +283,7 @@ def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ct
 
 def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
                              block0: tuple[int, ...], unit_bytes: int, hold_bytes: int
-                             ) -> tuple[list[tuple[tuple[int, int], ...]], list[dict], list[Unit]]:
+                             ) -> tuple[list[tuple[tuple[int, int], ...]], list[dict], list[LevelUnit]]:
     """Create levels 1.. of an image whose level 0 is being written in regions (ingest of a volume
     or a field), so the writers build the levels they can from the region they hold (nothing read
     back). A level is built in memory while the level-0 region it needs (whole blocks of every
@@ -311,24 +326,24 @@ def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[
     return [meta.levels[0]] + [level for _, _, level in level_plan(p, meta, shape0)]
 
 
-def run_unit(p: Params, unit: Unit) -> int:
+def run_unit(p: Params, unit: LevelUnit) -> int:
     return run_level_unit(as_location(p.input), unit)
 
 
-def run_level_unit(base: Path, unit: Unit) -> int:
+def run_level_unit(base: Path, unit: LevelUnit) -> int:
     """Build one region of one level from the previous level as stored. The region (a whole
     shard) is assembled slab by slab, so memory is the shard plus one slab, not 2^n x the shard."""
-    root = base / unit["image"]
-    src = zarr.open_array(zarr_url(root / unit["src"]), mode="r")
-    dst = open_for_write(root / unit["dst"], sparse=unit.get("sparse", False))
-    factors = tuple(unit["factors"])
-    region = [tuple(r) for r in unit["region"]]
+    root = base / unit.image
+    src = zarr.open_array(zarr_url(root / unit.src), mode="r")
+    dst = open_for_write(root / unit.dst, sparse=unit.sparse)
+    factors = tuple(unit.factors)
+    region = [(a, b) for a, b in unit.region]
     out = np.empty(tuple(b - a for a, b in region), dtype=dst.dtype)
     for slab in _slabs(region, dst.dtype.itemsize):
         src_region = tuple(slice(a * f, min(b * f, n)) for (a, b), f, n in zip(slab, factors, src.shape))
-        part = downsample(read_region(src, src_region), factors, unit["method"])
+        part = downsample(read_region(src, src_region), factors, unit.method)
         if part.dtype != dst.dtype:
-            raise InputError(f"{root}: level {unit['dst']} would be {part.dtype}, level 0 is {dst.dtype}")
+            raise InputError(f"{root}: level {unit.dst} would be {part.dtype}, level 0 is {dst.dtype}")
         out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part
     write_region(dst, [a for a, _ in region], out)
     return out.nbytes
@@ -358,6 +373,5 @@ def _write_levels(root: Path, meta: ImageMeta, levels: list[Level]) -> None:
     write_image_metadata(root, meta.version, meta.axes, levels, name=ms.get("name"), extra=extra, placed=meta.placed)
 
 
-def describe_unit(unit: Unit) -> str:
-    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
-    return f"image {unit['image'] or '.'} level {unit['dst']} region {where}"
+def describe_unit(unit: LevelUnit) -> str:
+    return f"image {unit.image or '.'} level {unit.dst} region {describe_region(unit.region)}"

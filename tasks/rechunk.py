@@ -34,7 +34,8 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .runtime.core.budget import holds
-from .runtime.core.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams
+from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url
 
 UNIT_MB = 64
@@ -97,13 +98,13 @@ def _level_spec(p: Params, src: zarr.Array, zarr_format: int) -> ArraySpec:
                      tuple(names) if names else None)
 
 
-def plan(p: Params, ctx: PlanContext) -> list[Unit]:
+def plan(p: Params, ctx: PlanContext) -> list[RegionUnit]:
     meta, paths = _sources(p)
     version = p.ngff_version or (meta.version if meta else None)
     zarr_format = NGFF_FORMATS[version] if version else open_input_array(p.input).metadata.zarr_format
     if meta is not None:
         ensure_group(p.output_path(), zarr_format, ctx)
-    units: list[Unit] = []
+    units: list[RegionUnit] = []
     for path in paths:
         src = open_input_array(as_location(p.input) / path)
         if meta is not None:
@@ -114,18 +115,18 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         else:
             ensure_array(p.output_path().parent, p.output_path().name, spec, ctx)
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
-            units.append({"id": f"{path or 'array'}:{i}", "path": path, "region": [list(r) for r in reg],
-                          "memory": holds(reg, src.dtype.itemsize)})
+            units.append(RegionUnit(id=f"{path or 'array'}:{i}", path=path, region=[list(r) for r in reg],
+                                    memory=holds(reg, src.dtype.itemsize)))
     return units
 
 
-def run_unit(p: Params, unit: Unit) -> int:
-    sl = region_slices(unit["region"])
-    src = zarr.open_array(zarr_url(as_location(p.input) / unit["path"]), mode="r")
-    dst = open_for_write(p.output_path() / unit["path"])
+def run_unit(p: Params, unit: RegionUnit) -> int:
+    sl = region_slices(unit.region)
+    src = zarr.open_array(zarr_url(as_location(p.input) / unit.path), mode="r")
+    dst = open_for_write(p.output_path() / unit.path)
     data = np.asarray(src[sl])
-    write_region(dst, [a for a, _ in unit["region"]], data)
-    return region_nbytes(unit["region"], data.dtype.itemsize)
+    write_region(dst, [a for a, _ in unit.region], data)
+    return region_nbytes(unit.region, data.dtype.itemsize)
 
 
 def finish(p: Params, ctx: PlanContext) -> None:
@@ -139,5 +140,5 @@ def finish(p: Params, ctx: PlanContext) -> None:
     write_image_metadata(p.output_path(), version, meta.axes, meta.levels, name=ms.get("name"), extra=extra)
 
 
-def describe_unit(unit: Unit) -> str:
-    return f"{unit['path'] or 'array'} region " + " ".join(f"{a}:{b}" for a, b in unit["region"])
+def describe_unit(unit: RegionUnit) -> str:
+    return f"{unit.path or 'array'} region {describe_region(unit.region)}"

@@ -44,7 +44,12 @@ from .io.ngff.placement import Fov, Policy, compose
 from .io.ngff.well_canvas import Well, one_canvas
 from .runtime.core.budget import holds
 from .runtime.core.unit_stream import Batch, UnitStream
-from .runtime.core.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams, Unit
+from .runtime.core.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams
+from .runtime.core.units import describe_region
+from .pyramid import LevelUnit
+from .well_units import ComposeUnit, OverviewUnit
+
+ReshardUnit = ComposeUnit | OverviewUnit | LevelUnit
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
@@ -173,7 +178,7 @@ def plan(p: Params, ctx: PlanContext) -> UnitStream:
 
 
 def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext,
-               complete: Callable[[Unit], Unit] | None = None) -> UnitStream:
+               complete: Callable[[ComposeUnit], ComposeUnit] | None = None) -> UnitStream:
     """The output plate's groups and arrays, and the units writing every well image (and the
     overview); ``complete`` finishes each compose unit as it is made (ingest: the files it reads)."""
     zf = NGFF_FORMATS[version]
@@ -188,7 +193,7 @@ def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: Pla
 
 
 def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, stream: UnitStream,
-               complete: Callable[[Unit], Unit]) -> None:
+               complete: Callable[[ComposeUnit], ComposeUnit]) -> None:
     out = p.output_path()
     for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
         ensure_group(out / part, zf, ctx)
@@ -207,9 +212,9 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
                                                well.image_meta(image, version), ctx, across_lead=whole)
         leads = [[[0, n] for n in well.lead_shape]] if whole else \
             [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
-        stream.add([complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path, "levels": levels,
-                              "region": lead + [list(r) for r in volume], "fovs": well.fovs_in(volume),
-                              "memory": holds(lead + volume, well.dtype.itemsize)})
+        stream.add([complete(ComposeUnit(id=f"{well.path}:0:{i}", well=well.path, levels=levels,
+                                         region=lead + [list(r) for r in volume], fovs=well.fovs_in(volume),
+                                         memory=holds(lead + volume, well.dtype.itemsize)))
                     for i, lead in enumerate(leads)])
         return
     # many units per well: made when handed out (unit_stream.py), each listing only its own FOVs
@@ -217,11 +222,10 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
     regions = group_regions(spec.shape, spec.write_block, itemsize, unit_bytes)  # shared: never changed
     sizes = [holds(reg, itemsize) for reg in regions]
 
-    def unit_of(i: int) -> Unit:
+    def unit_of(i: int) -> ComposeUnit:
         reg = regions[i]
-        return complete({"id": f"{well.path}:0:{i}", "kind": "compose", "well": well.path,
-                         "region": [list(r) for r in reg], "fovs": well.fovs_in(reg[n_lead:]),
-                         "memory": holds(reg, itemsize)})
+        return complete(ComposeUnit(id=f"{well.path}:0:{i}", well=well.path, region=[list(r) for r in reg],
+                                    fovs=well.fovs_in(reg[n_lead:]), memory=holds(reg, itemsize)))
 
     stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes), lambda i: f"{well.path}:0:{i}",
                            unit_of))
@@ -230,36 +234,37 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         stream.add_batch(batch)
 
 
-def run_unit(p: Params, unit: Unit) -> int:
-    kind = unit.get("kind")
-    if kind == "compose":
-        dst = p.output_path() / unit["well"] / p.image_name / "0"
-        return _paint(as_location(p.input), unit, dst, p.overlap)
-    if kind == "overview":
-        return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
-    return pyramid.run_level_unit(p.output_path(), unit)
+def run_unit(p: Params, unit: ReshardUnit) -> int:
+    match unit:
+        case ComposeUnit():
+            return _paint(as_location(p.input), unit, p.output_path() / unit.well / p.image_name / "0", p.overlap)
+        case OverviewUnit():
+            return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
+        case LevelUnit():
+            return pyramid.run_level_unit(p.output_path(), unit)
+    raise TypeError(f"reshard: not a unit of this task: {unit!r}")
 
 
 FovReader = Callable[[Fov, tuple[slice, ...], tuple[slice, ...]], np.ndarray]
 
 
-def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
+def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: FovReader) -> int:
     """Compose one region from the FOVs listed in the unit and write it (whole shards).
     ``read(fov, lead slices, spatial slices)`` returns that part of one FOV."""
     dst = open_for_write(dst_path, sparse=True)
-    region = [tuple(r) for r in unit["region"]]
-    n_lead = dst.ndim - len(unit["fovs"][0]["size"]) if unit["fovs"] else dst.ndim - 2
+    region = [(a, b) for a, b in unit.region]
+    n_lead = dst.ndim - len(unit.fovs[0]["size"]) if unit.fovs else dst.ndim - 2
     lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
-    fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit["fovs"]]
+    fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit.fovs]
     data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
                    lambda fov, spatial: read(fov, lead_sl, spatial))
     write_region(dst, [a for a, _ in region], data)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
     return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in region], dst_path.parent,
-                                                   unit.get("levels", []), sparse=True)
+                                                   unit.levels if isinstance(unit, ComposeUnit) else [], sparse=True)
 
 
-def _paint(base: Path, unit: Unit, dst_path: Path, policy: str) -> int:
+def _paint(base: Path, unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str) -> int:
     """Paint from zarr images under ``base`` (FOV images, or well images for the overview)."""
     def read(fov: Fov, lead_sl: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
         arr = zarr.open_array(zarr_url(base / fov.path / fov.extra["level_path"]), mode="r")
@@ -324,7 +329,7 @@ def _overview_plan(p: Params, plate: dict, wells: list[Well], version: str) -> t
     return overview_layout(plate, shapes), k, levels[k]
 
 
-def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext) -> list[Unit]:
+def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx: PlanContext) -> list[OverviewUnit | LevelUnit]:
     layout, k, level = _overview_plan(p, plate, wells, version)
     zf = NGFF_FORMATS[version]
     root = p.output_path() / OVERVIEW
@@ -335,13 +340,13 @@ def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx:
     shards = level_shards(layout.shape, chunks, [n - 2, n - 1], dtype.itemsize, int(p.shard_mb * 2**20)) if zf == 3 else None
     spec = ArraySpec(layout.shape, str(dtype), chunks, shards, p.codec, zf, tuple(wells[0].meta.axis_names))
     ensure_array(root, "0", spec, ctx)
-    units: list[Unit] = []
+    units: list[OverviewUnit | LevelUnit] = []
     for i, reg in enumerate(group_regions(spec.shape, spec.write_block, dtype.itemsize, int(p.unit_mb * 2**20))):
         boxes = [{"path": f"{w}/{p.image_name}", "level_path": str(k), "pixel": list(o),
                   "size": list(layout.sizes[w][-2:])} for w, o in layout.origins.items()]
         hit = [b for b in boxes if all(a < q + s and q < c for (a, c), q, s in zip(reg[n - 2:], b["pixel"], b["size"]))]
-        units.append({"id": f"{OVERVIEW}:0:{i}", "kind": "overview", "stage": OVERVIEW_STAGE,
-                      "region": [list(r) for r in reg], "fovs": hit})
+        units.append(OverviewUnit(id=f"{OVERVIEW}:0:{i}", stage=OVERVIEW_STAGE, region=[list(r) for r in reg],
+                                  fovs=hit))
     meta = ImageMeta(root, version, wells[0].meta.axes, [Level("0", list(level.scale), None)], {"multiscales": [{}]})
     return units + pyramid.plan_image_levels(p.pyramid_params(), p.output_path(), OVERVIEW, meta, ctx,
                                              first_stage=OVERVIEW_STAGE + 1, sparse=True)
@@ -360,10 +365,10 @@ def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) ->
                   for w, o in layout.origins.items()}}}
 
 
-def describe_unit(unit: Unit) -> str:
-    where = " ".join(f"{a}:{b}" for a, b in unit["region"])
-    if unit.get("kind") == "compose":
-        return f"well {unit['well']} level 0 region {where} ({len(unit['fovs'])} FOVs)"
-    if unit.get("kind") == "overview":
-        return f"plate overview region {where}"
+def describe_unit(unit: ReshardUnit) -> str:
+    match unit:
+        case ComposeUnit():
+            return f"well {unit.well} level 0 region {describe_region(unit.region)} ({len(unit.fovs)} FOVs)"
+        case OverviewUnit():
+            return f"plate overview region {describe_region(unit.region)}"
     return pyramid.describe_unit(unit)

@@ -6,6 +6,7 @@ import pytest
 import tifffile
 
 from zarrmill.io.readers.volume import RawPixels, open_volume
+from zarrmill.ingest_units import ImageRegionUnit
 
 REGIONS = [
     [(0, 5), (0, 40), (0, 33)],  # all of it
@@ -101,6 +102,6 @@ def test_volume_units_ask_for_the_speed_profile(tmp_path, volume):
     guard = open_guard(params.ledger_root(), params.input_paths())
     guard.claim("ingest")
     units = task.plan(params, PlanContext(step="ingest", resume=False, overwrite=False, guard=guard))
-    regions = [u for u in units if "region" in u and "src" not in u]
-    assert regions and all(u["allocator"] == "speed" for u in regions)
+    regions = [u for u in units if isinstance(u, ImageRegionUnit)]  # level 0's, not the levels read back
+    assert regions and all(u.allocator == "speed" for u in regions)
     guard.rollback()

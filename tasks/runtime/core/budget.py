@@ -1,4 +1,4 @@
-"""Memory by budget: each unit declares the bytes it holds at its peak (``unit["memory"]``: a well
+"""Memory by budget: each unit declares the bytes it holds at its peak (a unit's ``memory``: a well
 volume and its pyramid, a region and its encoded shards, a plane stack); every worker offers a
 budget (a share of its memory limit) as the dask resource ``MEMORY``, and the scheduler starts a
 unit only where the budget it needs is free. So as many units run at once as the memory allows on
@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from dask.utils import format_bytes
 
 from ...errors import ConfigError
+from .units import Unit, unit_id, unit_memory
 
 MEMORY = "MEMORY"  # the dask worker resource: bytes of unit data the worker may hold at once
 # of a worker's memory limit, the share units may hold: the rest is the interpreter and its
@@ -23,9 +24,6 @@ MEMORY = "MEMORY"  # the dask worker resource: bytes of unit data the worker may
 UNIT_SHARE = 0.6
 
 
-def unit_memory(unit: dict[str, Any]) -> int:
-    """The bytes a unit declared (0: it declared nothing)."""
-    return int(unit.get("memory") or 0)
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class PlanSize:
         return PlanSize(units, self.largest, self.total * units // max(self.units, 1), self.declared)
 
     @classmethod
-    def of(cls, units: list[dict[str, Any]]) -> "PlanSize":
+    def of(cls, units: list[Unit]) -> "PlanSize":
         sizes = [unit_memory(u) for u in units]
         return cls(len(sizes), max(sizes, default=0), sum(sizes), all(sizes))
 
@@ -56,7 +54,7 @@ def budget_of(worker_memory: int) -> int:
 UNIT_SIZE_FIELDS = ("unit_mb", "volume_mb")
 
 
-def refuse_oversized(task: str, units: Iterable[dict[str, Any]], budget: int | None, setting: str,
+def refuse_oversized(task: str, units: Iterable[Unit], budget: int | None, setting: str,
                      size_fields: Iterable[str] = ()) -> None:
     """One line naming the largest unit that no worker could run, before any unit starts."""
     if budget is None:
@@ -66,12 +64,12 @@ def refuse_oversized(task: str, units: Iterable[dict[str, Any]], budget: int | N
         return
     fields = [f for f in size_fields if f in UNIT_SIZE_FIELDS]
     smaller = f" or make units smaller ({' / '.join(fields)})" if fields else ""
-    raise ConfigError(f"task {task}: unit {largest['id']} holds {format_bytes(unit_memory(largest))} at once, more "
+    raise ConfigError(f"task {task}: unit {unit_id(largest)} holds {format_bytes(unit_memory(largest))} at once, more "
                       f"than a worker's budget of {format_bytes(budget)} ({int(UNIT_SHARE * 100)} % of its memory); "
                       f"give workers more memory ({setting}){smaller}")
 
 
-def resources_for(unit: dict[str, Any], budget: int | None) -> dict[str, int] | None:
+def resources_for(unit: Unit, budget: int | None) -> dict[str, int] | None:
     """What to ask the scheduler for: the unit's declared bytes, when the workers offer a budget."""
     need = unit_memory(unit)
     return {MEMORY: need} if budget is not None and need else None

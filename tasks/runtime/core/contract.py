@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar
 
@@ -35,7 +35,7 @@ from ...errors import ConfigError
 from ...io.storage.guard import OutputGuard
 from ...io.storage.location import as_location, check_url, scheme_of
 
-Unit = dict[str, Any]
+from .units import TypedUnit, Unit, fields_of  # noqa: F401 - the contract's unit types
 # A task module sets ``WORKERS = THREADS`` when its units spend their time in code that releases
 # the GIL (file reads, numpy, Blosc): the local executor then runs it on threads in one process,
 # with no process start-up or transfers (bench_ingest at camera size: 6.6 s vs 7.9 s on 2 processes).
@@ -139,6 +139,9 @@ class PlanContext:
     # zarrmill follow (ingest_follow.Follower): an input still being written; the plan converts
     # ``growing.acquisition`` (what is ready) and versions its units with ``growing.versioned``
     growing: Any = None
+    # what ``plan`` read that ``finish`` needs again (ingest's acquisition), by the task's own key:
+    # the step keeps one context from plan to finish, so nothing lives in a module between them
+    carried: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -186,4 +189,4 @@ class Task:
 
 
 def _default_describe(unit: Unit) -> str:
-    return ", ".join(f"{k}={v}" for k, v in unit.items() if k != "id")
+    return ", ".join(f"{k}={v}" for k, v in fields_of(unit).items() if k not in ("id", "type"))

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Callable, Container, Iterator
 
-from .budget import PlanSize, unit_memory
-from .contract import Unit
+from .budget import PlanSize
+from .units import Unit, unit_id, unit_memory, unit_stage
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Batch:
     def of(cls, units: list[Unit], stage: int) -> "Batch":
         sizes = [unit_memory(u) for u in units]
         return cls(stage, len(units), max(sizes, default=0), sum(sizes), all(sizes),
-                   lambda i: units[i]["id"], units.__getitem__)
+                   lambda i: unit_id(units[i]), units.__getitem__)
 
     def ids(self) -> Iterator[str]:
         return (self.id_of(i) for i in range(self.count))
@@ -50,7 +50,7 @@ class UnitStream:
         """Units already made (a few per image: pyramid levels, an overview)."""
         by_stage: dict[int, list[Unit]] = {}
         for unit in units:
-            by_stage.setdefault(int(unit.get("stage", 0)), []).append(unit)
+            by_stage.setdefault(unit_stage(unit), []).append(unit)
         self.batches += [Batch.of(group, stage) for stage, group in by_stage.items()]
 
     def add_batch(self, batch: Batch) -> None:

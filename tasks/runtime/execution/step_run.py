@@ -29,6 +29,7 @@ from ..core.resume import prepare_output, remove_partial_files, same_step
 from ..core.saved_plan import FILE as PLAN_FILE, SavedPlan, plan_key
 from ..core.step_states import DONE, FOLLOWING, PLANNING, RUNNING, move
 from ..core.unit_stream import UnitStream, as_stream
+from ..core.units import fields_of, unit_id
 from .unit_runners import runner_for
 
 MAX_FAILURES_SHOWN = 5
@@ -182,7 +183,7 @@ class StepRun:
                                                   client, self.opts):
                     self.lock.check()  # taken over by another run: stop before recording or writing more
                     if error is None:
-                        ledger.mark_done([unit["id"]])
+                        ledger.mark_done([unit_id(unit)])
                         report.ran, report.bytes = report.ran + 1, report.bytes + nbytes
                     else:
                         report.failures.append(error)
@@ -234,11 +235,11 @@ def _lost_workers(report: StepReport) -> bool:
 
 def _check_unique_ids(task_name: str, plan: UnitStream) -> None:
     seen: set[str] = set()
-    for unit_id in plan.ids():
-        if unit_id in seen:
+    for uid in plan.ids():
+        if uid in seen:
             raise RuntimeError(f"task {task_name} planned duplicate unit ids (a bug in the task)")
-        seen.add(unit_id)
-    json.dumps(next(plan.units(), None))  # units must be JSON-able: fail on the driver, not on a worker
+        seen.add(uid)
+    json.dumps(None if (first := next(plan.units(), None)) is None else fields_of(first))  # units must be JSON-able: fail on the driver, not on a worker
 
 
 def _failure_summary(step: str, report: StepReport) -> str:

@@ -17,6 +17,7 @@ from ...io.storage.secrets import redact
 from ..core.budget import resources_for, unit_memory
 from ..core.contract import Task, TaskParams, Unit
 from ..core.malloc import return_freed_memory, use_profile
+from ..core.units import unit_allocator, unit_id
 from .registry import get_task
 
 log = logging.getLogger("zarrmill")
@@ -31,7 +32,7 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     """What a worker runs: one unit. Errors come back as one line naming task, unit and region,
     redacted here, on the worker: the line goes to the terminal, the ledger and the worker's log."""
     return_freed_memory()  # a worker started without zarrmill's environment (once per process)
-    use_profile(unit.get("allocator", "steady"))
+    use_profile(unit_allocator(unit))
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:
@@ -39,7 +40,7 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
         where = task.describe_unit(unit)
         raise UnitError(redact(
-            f"task {task_name}, unit {unit['id']} ({where}): {type(err).__name__}: {err}"
+            f"task {task_name}, unit {unit_id(unit)} ({where}): {type(err).__name__}: {err}"
         )) from err
 
 
@@ -49,7 +50,7 @@ def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: 
         try:
             return execute_unit(task_name, params_json, unit)
         except UnitError:
-            log.debug("unit %s attempt %d failed", unit["id"], attempt, exc_info=True)
+            log.debug("unit %s attempt %d failed", unit_id(unit), attempt, exc_info=True)
     return execute_unit(task_name, params_json, unit)
 
 
@@ -145,7 +146,7 @@ def log_failure(opts: Any, unit: Unit, exc: BaseException) -> None:
 
     # in the ledger's folder: never appended through a link a neighbour put there
     with open(open_own_file(opts.error_log, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as fh:
-        fh.write(f"--- unit {unit['id']} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.write(f"--- unit {unit_id(unit)} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         fh.write(redact(text))  # a signed URL in a reader's error stays out of the file
 
 
@@ -159,7 +160,7 @@ def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
         # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
         message = "the worker running it died" if what == "KilledWorker" else str(exc)
         region = task.describe_unit(unit)
-        line = f"task {task.name}, unit {unit['id']}{f' ({region})' if region else ''}: {what}: {message}"
+        line = f"task {task.name}, unit {unit_id(unit)}{f' ({region})' if region else ''}: {what}: {message}"
     return redact(line)
 
 
