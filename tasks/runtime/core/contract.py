@@ -3,9 +3,11 @@
 A task is a module with:
 
 - ``Params``: a :class:`TaskParams` subclass (pydantic, ``extra="forbid"``, typed, bounded, described);
-- ``plan(params, ctx) -> list[dict]``: on the driver, cheap. Reads input metadata, validates it,
-  creates the output skeleton, returns JSON-able units, each with a unique string ``"id"`` and
-  optionally an integer ``"stage"``: all units of a stage finish before the next stage starts;
+- ``plan(params, ctx) -> list[Unit]``: on the driver, cheap. Reads input metadata, validates it,
+  creates the output skeleton, returns units: instances of the task's own frozen dataclasses on
+  :class:`TypedUnit` (units.py: a unique ``id``, a ``stage``: all units of a stage finish before
+  the next stage starts, the ``memory`` it holds), or JSON-able dicts with those keys. What
+  ``finish`` needs of what ``plan`` read goes in ``ctx.carried``, never in a module's globals;
 - ``run_unit(params, unit) -> int | None``: on a worker. Reads a region and writes whole output
   chunks/shards that no other unit writes; idempotent. Returns the bytes it wrote (for MB/s);
 - optional ``finish(params, ctx)``: on the driver, after every unit is done (final metadata);
