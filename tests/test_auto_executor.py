@@ -12,6 +12,7 @@ from conftest import tree_digest, zarrmill_subprocess
 from helpers import generate_step, rechunk_step, write_workflow
 
 from zarrmill.runtime.core.budget import PlanSize, budget_of
+from zarrmill.runtime.core.units import TypedUnit
 from zarrmill.runtime.execution.step_run import StepOptions
 from zarrmill.runtime.execution.executors import Executor
 from zarrmill.runtime.execution.registry import get_task
@@ -89,7 +90,7 @@ def test_the_in_process_pool_keeps_units_within_the_memory_budget(tmp_path):
     for budget, most in ((45 << 20, 2), (200 << 20, 4)):
         out = tmp_path / f"b{most}"
         params = task.params_model(output=str(out), units=8, busy_ms=300, hold_mb=12)
-        units = [{"id": str(i), "memory": 20 << 20} for i in range(8)]  # as plan() declares them
+        units = [TypedUnit(id=str(i), memory=20 << 20) for i in range(8)]  # as plan() declares them
         (out / "units").mkdir(parents=True)
         results = list(run_in_threads(task, params, units, InProcessPool(4, budget), StepOptions(retries=0)))
         assert [r[2] for r in results] == [None] * 8

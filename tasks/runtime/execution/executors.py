@@ -21,6 +21,7 @@ from ...errors import ExecutorError
 from ..core.budget import MEMORY, PlanSize, budget_of
 from .jobqueue import UNSET_TRIM, batch_unit_budget, fitting_pool, start_pool
 from .schedulers import BATCH_KINDS, scheduler
+from .local_kinds import POOL_KINDS, pool_kind
 from .machine import available_cpus, available_memory
 from ..core.rundirs import make_run_dir
 from .spec import ExecutorSpec, Resources
@@ -76,13 +77,13 @@ class Executor:
         ``auto`` chooses by ``plan`` (auto_choice). Explicit ``threads``, batch and ``address``
         executors are used as configured."""
         kind = self._kind(workers)
-        if kind == "sync":
+        if _runs(kind) == "inline":
             return None
         why = ""
         if kind == "auto":
             kind, why = self.auto_choice(workers, plan)
-            if kind == "inprocess":
-                return InProcessPool(self._local_workers("inprocess"), budget_of(self._local_worker_memory("inprocess")), why)
+            if _runs(kind) == "this process":
+                return InProcessPool(self._local_workers(kind), budget_of(self._local_worker_memory(kind)), why)
         key = resources.key() if (kind in BATCH_KINDS and resources) else (kind,)
         with self._lock:
             self._release_idle()
@@ -163,19 +164,17 @@ class Executor:
         """The setting that sizes a worker, for messages."""
         if self.spec.kind in BATCH_KINDS:
             return f"executor.{self.spec.kind}.memory, or a step's resources.memory"
-        return {"sync": "run on a machine with more memory"}.get(self.spec.kind, "executor.memory_limit")
+        return "run on a machine with more memory" if _runs(self.spec.kind) == "inline" else "executor.memory_limit"
 
     def _local_workers(self, kind: str) -> int:
-        if kind == "inprocess":  # one process: its threads are the workers
-            return self.spec.workers or available_cpus()
-        return self.spec.workers or (1 if kind in ("threads", "sync") else available_cpus())
+        return self.spec.workers or (1 if POOL_KINDS[kind].one_worker else available_cpus())
 
     def _local_worker_memory(self, kind: str) -> int:
         """A local worker's memory limit in bytes, as LocalCluster is given it."""
-        limit = self.spec.memory_limit
-        if limit and limit != "auto" and kind != "sync":
+        local, limit = POOL_KINDS[kind], self.spec.memory_limit
+        if limit and limit != "auto" and local.runs != "inline":
             return parse_bytes(limit)
-        if kind == "inprocess":  # the threads share this process's memory
+        if local.shares_memory:  # the threads share this process's memory
             return int(available_memory() * 0.8)
         return int(available_memory() * 0.8 / self._local_workers(kind))
 
@@ -196,22 +195,23 @@ class Executor:
             self.job_names.add(cluster.job_name)
             return cluster, client
         cpus = available_cpus()  # affinity, cgroup quota and the batch allocation, not the whole node
+        local = POOL_KINDS[kind]
         workers = self._local_workers(kind)
-        threads = cpus if kind == "threads" else self.spec.threads_per_worker
+        threads = cpus if local.all_threads else self.spec.threads_per_worker
         memory = self._local_worker_memory(kind)
-        if kind == "local":
+        if local.processes:
             make_run_dir(self.run_dir)
         with dask.config.set({UNSET_TRIM: None}):
             # the dashboard (and the scheduler) listen on this machine only
             # threads: the scheduler talks inproc, but each in-process worker still serves HTTP
             # (metrics), which listened on every interface unless told otherwise
             cluster = LocalCluster(n_workers=workers, threads_per_worker=threads, memory_limit=memory,
-                                   processes=kind == "local", dashboard_address=f"{LOOPBACK}:0",
+                                   processes=local.processes, dashboard_address=f"{LOOPBACK}:0",
                                    worker_dashboard_address=f"{LOOPBACK}:0",
-                                   **({"host": LOOPBACK} if kind == "local" else {}),
+                                   **({"host": LOOPBACK} if local.processes else {}),
                                    silence_logs=_worker_log_level(),
                                    resources={MEMORY: budget_of(memory)},
-                                   local_directory=str(self.run_dir / "dask") if kind == "local" else None)
+                                   local_directory=str(self.run_dir / "dask") if local.processes else None)
         client = Client(cluster, set_as_default=False)
         DASHBOARD_HOSTS[client] = LOOPBACK
         return cluster, client
@@ -264,6 +264,12 @@ class Executor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _runs(kind: str) -> str:
+    """Where a kind's units run (local_kinds.py); "cluster" for a batch scheduler or an address."""
+    local = pool_kind(kind)
+    return local.runs if local is not None else "cluster"
 
 
 FAILURE_LOGGERS = ("distributed.worker", "distributed.scheduler", "distributed.client")
