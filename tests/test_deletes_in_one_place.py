@@ -105,7 +105,7 @@ def test_the_bucket_delete_is_called_only_by_the_guard():
                 name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
                 if name == "delete_keys":
                     callers.append(rel)
-    assert set(callers) <= {"io/storage/places.py", "io/storage/backend.py"}, callers
+    assert set(callers) <= {"io/storage/place_bucket.py", "io/storage/backend.py"}, callers
 
 
 @pytest.mark.parametrize("source, caught", [

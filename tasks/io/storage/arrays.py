@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json_if_exists
 from .guard import OutputGuard
-from .location import Where, as_location, is_remote
+from .location import Where, as_location
 from .location import zarr_url
-from .skeleton import is_array_as_made, write_array, write_group_if_absent
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -63,8 +62,12 @@ class WriteContext(Protocol):
     guard: OutputGuard | None
 
 
-def _guard(ctx: WriteContext, root: Path) -> OutputGuard:
-    return ctx.guard if ctx.guard is not None else OutputGuard(root)
+def _guard(ctx: WriteContext) -> OutputGuard:
+    """The run's own guard, tied to its lock: a node is never created or replaced without it (a
+    guard made here would judge ownership without the run's lock and records)."""
+    if ctx.guard is None:
+        raise RuntimeError("an output node is created without the run's output guard (a bug in the task)")
+    return ctx.guard
 
 
 @dataclass(frozen=True)
@@ -83,46 +86,43 @@ class ArraySpec:
         return self.shards or self.chunks
 
 
-def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> zarr.Array | None:
-    """Open the array if a resumed run created it identically; else create it (on disk nothing is
-    returned: units open arrays themselves).
+def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> None:
+    """Keep the array if a resumed run created it identically; else create it (units open arrays
+    themselves).
 
     An existing node is replaced only with ``--overwrite`` (or when resuming this step's own
     half-made output), and only if zarrmill created it (the output guard); a fresh run never
     silently reuses one."""
-    guard = _guard(ctx, as_location(root))
+    guard = _guard(ctx)
     if any(part in ("..", "") for part in name.split("/")) and name:
         raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
     path = guard.contain(as_location(root) / name if name else as_location(root), what="array path")
-    there = not (is_remote(path) and guard.known_absent(path)) and _node_there(path)
+    place = guard.place
+    there = not guard.skips_look(path) and place.node_there(path)
     kwargs = _create_kwargs(spec)
     if there:
-        if ctx.resume and not is_remote(path) and is_array_as_made(path, kwargs):
-            return None  # this step's own array, as it made it (compared without zarr: skeleton.py)
+        if ctx.resume and place.is_array_as_made(path, kwargs):
+            return  # this step's own array, as it made it
         if ctx.resume and _exists(path) and _matches(zarr.open_array(zarr_url(path), mode="r"), spec):
-            return zarr.open_array(zarr_url(path), mode="r+")
-        empty = guard.place.is_empty(path)  # nothing, or only the claim of a store that is this array
+            return  # an equivalent one (zarr compared it)
+        empty = place.is_empty(path)  # nothing, or only the claim of a store that is this array
         if not (ctx.overwrite or ctx.resume) and not empty:
             raise OutputExistsError(
                 f"{path}: an array already exists here (not from this step's ledger); rerun with "
                 f"--overwrite to replace it, or choose another output")
         if not empty:
             guard.remove(path)
-    guard.will_create(path, absent=True if is_remote(path) and not there else None)
-    if not is_remote(path):
-        write_array(path, kwargs)  # the documents zarr makes, made once per layout (skeleton.py)
-        return None
-    return zarr.create_array(zarr_url(path), **kwargs)
+    guard.will_create(path, absent=None if place.cheap_lookups or there else True)
+    place.make_array(path, kwargs)
 
 
 def fresh_node(path: Where, ctx: WriteContext) -> Where:
     """Room for a node a step writes whole with zarr itself (a table's column): one already there
     goes through the output guard (only if zarrmill created it), and the new one is recorded as the
     run's before zarr creates it (zarr's own overwrite deletes without asking)."""
-    guard = _guard(ctx, as_location(path))
+    guard = _guard(ctx)
     where = guard.contain(as_location(path), what="array path")
-    there = _node_there(where)
-    if there:
+    if guard.place.node_there(where):
         guard.remove(where)
     guard.will_create(where, absent=True)
     return where
@@ -139,16 +139,6 @@ def _create_kwargs(spec: ArraySpec) -> dict[str, object]:
     else:
         kwargs["chunk_key_encoding"] = {"name": "v2", "separator": "/"}
     return kwargs
-
-
-def _node_there(path: Where) -> bool:
-    """Something at ``path``: a file, folder or link on disk; objects under it in a bucket (one
-    listing request, where exists() asks twice)."""
-    if is_remote(path):
-        from .object_store import has_objects
-
-        return has_objects(path)
-    return path.exists() or path.is_symlink()
 
 
 def open_input_array(path: str | Path) -> zarr.Array:
@@ -285,16 +275,13 @@ def _matches(arr: zarr.Array, spec: ArraySpec) -> bool:
             and (tuple(shards) if shards else None) == (tuple(spec.shards) if spec.shards else None))
 
 
-def ensure_group(path: Path, zarr_format: int, ctx: WriteContext | None = None) -> zarr.Group | None:
+def ensure_group(path: Path, zarr_format: int, ctx: WriteContext) -> None:
     """Open or create a group of the output (never replacing one); a new one is recorded with the
     output guard first."""
-    guard = ctx.guard if ctx is not None and ctx.guard is not None else None
-    if guard is not None:
-        path = guard.contain(path, what="group path")
-        guard.will_create(path, absent=True if is_remote(path) and guard.known_absent(path) else None)
-    if not is_remote(path) and write_group_if_absent(Path(path), zarr_format):
-        return None  # made or found without zarr's event loop (skeleton.py)
-    return zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
+    guard = _guard(ctx)
+    path = guard.contain(path, what="group path")
+    guard.will_create(path, absent=True if guard.skips_look(path) else None)
+    guard.place.make_group(path, zarr_format)
 
 
 # The driver holds every unit of a step in memory (about 1 KB each with its ledger entry): beyond

@@ -138,6 +138,11 @@ class OutputGuard:
         anything under it. (A bucket then asks nothing before creating a node.)"""
         return self._fresh and str(path).rstrip("/") not in self._made_or_above
 
+    def skips_look(self, path: Where) -> bool:
+        """No need to look whether ``path`` is there: looking costs a request (a bucket) and the
+        run knows it is absent (known_absent). On disk a look costs nothing and is always made."""
+        return not self.place.cheap_lookups and self.known_absent(path)
+
     def _remember(self, paths: Iterable[Where], kind: str) -> None:
         """Created by this run: for rollback (``_made``, with its kind) and for ``known_absent``
         (each node with its ancestors, up to the first one already known: a set lookup per node)."""
