@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import zarr
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from .backend import ObjectBackend
@@ -68,9 +67,13 @@ class BucketPlace:
         return has_objects(node)
 
     def make_group(self, path: Location, zarr_format: int) -> None:
+        import zarr  # here: the guard's module is imported by commands that never open a store
+
         zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
 
     def make_array(self, path: Location, kwargs: dict[str, object]) -> None:
+        import zarr
+
         zarr.create_array(zarr_url(path), **kwargs)  # zarr-python's own requests (counted and tuned)
 
     def is_array_as_made(self, path: Location, kwargs: dict[str, object]) -> bool:

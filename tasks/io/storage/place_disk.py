@@ -9,13 +9,11 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-import zarr
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from . import guard_empty, guard_fs
 from .backend import DiskBackend
 from .location import Location, Where, is_remote, zarr_url
-from .skeleton import is_array_as_made, write_array, write_group_if_absent
 from .paths import CLAIM_FILE, LOCK_FILES, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete, real
 
 
@@ -111,13 +109,21 @@ class DiskPlace:
 
     def make_group(self, path: Location, zarr_format: int) -> None:
         """Without zarr's event loop (skeleton.py); where another node is, zarr opens it and says what."""
+        from .skeleton import write_group_if_absent  # here: zarr's import (0.7 s) only where stores are made
+
         if not write_group_if_absent(Path(path), zarr_format):
+            import zarr
+
             zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
 
     def make_array(self, path: Location, kwargs: dict[str, object]) -> None:
+        from .skeleton import write_array
+
         write_array(Path(path), kwargs)  # the documents zarr makes, made once per layout (skeleton.py)
 
     def is_array_as_made(self, path: Location, kwargs: dict[str, object]) -> bool:
+        from .skeleton import is_array_as_made
+
         return is_array_as_made(Path(path), kwargs)  # compared without zarr (skeleton.py)
 
     def make_dirs(self, path: Where) -> list[Path]:
