@@ -67,7 +67,8 @@ ARCHIVE_ENTRY_BYTES = 1 << 20  # an .ozx: planes smaller than this are sharded t
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
-IngestUnit = FieldUnit | FieldRegionUnit | ImageRegionUnit | ComposeUnit | OverviewUnit | pyramid.LevelUnit
+# and the pyramid's LevelUnits read back from the level above, placed in the plan: the engine runs them
+IngestUnit = FieldUnit | FieldRegionUnit | ImageRegionUnit | ComposeUnit | OverviewUnit
 
 def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
     shape = field_shape(acq)
@@ -137,8 +138,6 @@ def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext)
 
 def run_unit(p: Params, unit: IngestUnit) -> int:
     match unit:
-        case pyramid.LevelUnit():  # a level read back from the one above (below what units build in memory)
-            return pyramid.run_level_unit(p.output_path(), unit)
         case ComposeUnit() | OverviewUnit():  # layout well: well images, their pyramid, the overview
             return ingest_wells.run_unit(p, unit)
         case FieldRegionUnit():

@@ -129,7 +129,7 @@ def _region_files(planes: FieldPlanes, region: list[list[int]], keys: dict[int, 
 def run_unit(p: Params, unit: reshard.ReshardUnit) -> int:
     rp = reshard_params(p)
     if not isinstance(unit, ComposeUnit):
-        return reshard.run_unit(rp, unit)  # pyramid levels and the overview: from the well images
+        return reshard.run_unit(rp, unit)  # the overview: from the well images
     dst = rp.output_path() / unit.well / rp.image_name / "0"
     return reshard.paint(unit, dst, rp.overlap, _file_reader(unit.missing_ok))
 

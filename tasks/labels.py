@@ -34,7 +34,7 @@ from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url
 
-LabelUnit = RegionUnit | pyramid.LevelUnit  # a region of the mask copied into level 0; the levels below
+LabelUnit = RegionUnit | pyramid.LevelUnit  # a region of the mask copied into level 0; the levels below (run by the engine)
 
 UNIT_MB = 64
 
@@ -130,9 +130,7 @@ def plan(p: Params, ctx: PlanContext) -> list[LabelUnit]:
     return units + pyramid.plan_image_levels(p.pyramid_params(), root, p.label_path(), meta, ctx)
 
 
-def run_unit(p: Params, unit: LabelUnit) -> int:
-    if isinstance(unit, pyramid.LevelUnit):
-        return pyramid.run_level_unit(as_location(p.image), unit)
+def run_unit(p: Params, unit: RegionUnit) -> int:
     vol = open_volume(p.input, p.axes)
     try:
         data = vol.read([(a, b) for a, b in unit.region])
@@ -158,6 +156,5 @@ def finish(p: Params, ctx: PlanContext) -> None:
                                                                 if meta.version != "0.4" else {})})
 
 
-def describe_unit(unit: LabelUnit) -> str:
-    level = unit.dst if isinstance(unit, pyramid.LevelUnit) else "0"
-    return f"level {level} region {describe_region(unit.region)}"
+def describe_unit(unit: RegionUnit) -> str:
+    return f"level 0 region {describe_region(unit.region)}"

@@ -48,7 +48,7 @@ from .io.ngff.metadata import (
 from .runtime.core.budget import holds
 from .runtime.core.unit_stream import Batch
 from .runtime.core.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams
-from .runtime.core.units import Region, TypedUnit, describe_region
+from .runtime.core.units import PlacedUnit, Region, describe_region
 from .io.storage.location import zarr_url
 
 MAX_LEVELS = 12
@@ -58,10 +58,12 @@ WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside t
 
 
 @dataclass(frozen=True, kw_only=True)
-class LevelUnit(TypedUnit):
-    """One region of level ``dst`` of ``image``, downsampled by ``factors`` from level ``src`` as
-    stored (also what ingest, reshard and labels run for the levels they read back)."""
+class LevelUnit(PlacedUnit):
+    """One region of level ``dst`` of the image ``image`` under ``base``, downsampled by
+    ``factors`` from level ``src`` as stored. Placed in ingest's, reshard's and labels' plans for
+    the levels they read back: the engine runs it as it is (``run``)."""
 
+    base: str
     image: str
     src: str
     dst: str
@@ -69,6 +71,12 @@ class LevelUnit(TypedUnit):
     method: str
     region: Region
     sparse: bool = False
+
+    def run(self) -> int:
+        return run_level_unit(as_location(self.base), self)
+
+    def describe(self) -> str:
+        return f"image {self.image or '.'} level {self.dst} region {describe_region(self.region)}"
 
 # the manual's example for this task (its reference page; tests/test_reference.py runs it)
 EXAMPLE = {"params": {"input": "brain.ome.zarr", "min_size": 64}, "after": "generate"}
@@ -232,19 +240,19 @@ def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: P
     """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
     stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
     method, arr0, specs = _create_levels(p, base, image, meta, ctx)
-    return _level_units(image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+    return _level_units(base, image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
                         first_stage, sparse)
 
 
-def _level_units(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
+def _level_units(base: Path, image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
                  itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[LevelUnit]:
     """Units building each level of ``specs`` from the one before as stored, starting from ``prev``;
     the first of them in stage ``first_stage``."""
-    return [unit for batch in _level_batches(image, prev, specs, method, itemsize, unit_mb, first_stage, sparse)
+    return [unit for batch in _level_batches(base, image, prev, specs, method, itemsize, unit_mb, first_stage, sparse)
             for unit in batch.make()]
 
 
-def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
+def _level_batches(base: Path, image: str, prev: str, specs: list[tuple[tuple[int, ...], ArraySpec, Level]], method: str,
                    itemsize: int, unit_mb: float, first_stage: int = 1, sparse: bool = False) -> list[Batch]:
     """``_level_units`` as one batch per level, made when handed out (runtime/core/unit_stream.py)."""
     batches = []
@@ -253,8 +261,8 @@ def _level_batches(image: str, prev: str, specs: list[tuple[tuple[int, ...], Arr
         sizes = [holds(reg, itemsize) for reg in regions]
 
         def unit_of(i: int, regions=regions, k=k, factors=factors, level=level, prev=prev) -> LevelUnit:
-            return LevelUnit(id=f"{image or '.'}:{level.path}:{i}", stage=first_stage + k, image=image, src=prev,
-                             dst=level.path, factors=list(factors), method=method, sparse=sparse,
+            return LevelUnit(id=f"{image or '.'}:{level.path}:{i}", stage=first_stage + k, base=str(base), image=image,
+                             src=prev, dst=level.path, factors=list(factors), method=method, sparse=sparse,
                              region=[list(r) for r in regions[i]], memory=holds(regions[i], itemsize))
 
         batches.append(Batch(first_stage + k, len(regions), max(sizes, default=0), sum(sizes), all(sizes),
@@ -267,7 +275,7 @@ def image_level_batches(p: Params, base: Path, image: str, meta: ImageMeta, ctx:
                         first_stage: int = 1, sparse: bool = False) -> list[Batch]:
     """``plan_image_levels`` for a plan too large to hold its units (a full plate's wells)."""
     method, arr0, specs = _create_levels(p, base, image, meta, ctx)
-    return _level_batches(image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+    return _level_batches(base, image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
                           first_stage, sparse)
 
 
@@ -304,7 +312,7 @@ def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta,
         in_memory.append({"path": level.path, "factors": list(factors), "method": method})
     regions = group_regions(shape0, tuple(block), itemsize, unit_bytes)
     prev = in_memory[-1]["path"] if in_memory else meta.levels[0].path
-    return regions, in_memory, _level_units(image, prev, specs[len(in_memory):], method, itemsize, p.unit_mb)
+    return regions, in_memory, _level_units(base, image, prev, specs[len(in_memory):], method, itemsize, p.unit_mb)
 
 
 def write_levels_from(data: np.ndarray, start: list[int], image_root: Path, levels: list[dict],
@@ -327,7 +335,7 @@ def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[
 
 
 def run_unit(p: Params, unit: LevelUnit) -> int:
-    return run_level_unit(as_location(p.input), unit)
+    return unit.run()  # its root is p.input's (plan)
 
 
 def run_level_unit(base: Path, unit: LevelUnit) -> int:
@@ -374,4 +382,4 @@ def _write_levels(root: Path, meta: ImageMeta, levels: list[Level]) -> None:
 
 
 def describe_unit(unit: LevelUnit) -> str:
-    return f"image {unit.image or '.'} level {unit.dst} region {describe_region(unit.region)}"
+    return unit.describe()

@@ -49,7 +49,7 @@ from .runtime.core.units import describe_region
 from .pyramid import LevelUnit
 from .well_units import ComposeUnit, OverviewUnit
 
-ReshardUnit = ComposeUnit | OverviewUnit | LevelUnit
+ReshardUnit = ComposeUnit | OverviewUnit  # and the pyramid's LevelUnits, placed in the plan: the engine runs them
 
 OVERVIEW = "overview"
 OVERVIEW_STAGE = 50  # after every well level (pyramids have at most 12)
@@ -240,8 +240,6 @@ def run_unit(p: Params, unit: ReshardUnit) -> int:
             return _paint(as_location(p.input), unit, p.output_path() / unit.well / p.image_name / "0", p.overlap)
         case OverviewUnit():
             return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
-        case LevelUnit():
-            return pyramid.run_level_unit(p.output_path(), unit)
     raise TypeError(f"reshard: not a unit of this task: {unit!r}")
 
 
@@ -366,9 +364,6 @@ def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) ->
 
 
 def describe_unit(unit: ReshardUnit) -> str:
-    match unit:
-        case ComposeUnit():
-            return f"well {unit.well} level 0 region {describe_region(unit.region)} ({len(unit.fovs)} FOVs)"
-        case OverviewUnit():
-            return f"plate overview region {describe_region(unit.region)}"
-    return pyramid.describe_unit(unit)
+    if isinstance(unit, ComposeUnit):
+        return f"well {unit.well} level 0 region {describe_region(unit.region)} ({len(unit.fovs)} FOVs)"
+    return f"plate overview region {describe_region(unit.region)}"

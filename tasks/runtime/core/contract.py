@@ -7,7 +7,9 @@ A task is a module with:
   creates the output skeleton, returns units: instances of the task's own frozen dataclasses on
   :class:`TypedUnit` (units.py: a unique ``id``, a ``stage``: all units of a stage finish before
   the next stage starts, the ``memory`` it holds), or JSON-able dicts with those keys. What
-  ``finish`` needs of what ``plan`` read goes in ``ctx.carried``, never in a module's globals;
+  ``finish`` needs of what ``plan`` read goes in ``ctx.carried``, never in a module's globals. A
+  plan may place another task's units in its stages (a :class:`~.units.PlacedUnit`, such as the
+  pyramid's ``LevelUnit``, carries its store's root): the engine runs those as they are;
 - ``run_unit(params, unit) -> int | None``: on a worker. Reads a region and writes whole output
   chunks/shards that no other unit writes; idempotent. Returns the bytes it wrote (for MB/s);
 - optional ``finish(params, ctx)``: on the driver, after every unit is done (final metadata);

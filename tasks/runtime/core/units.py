@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Callable, Mapping, Union
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,6 +21,20 @@ class TypedUnit:
     stage: int = 0
     memory: int = 0
     allocator: str = "steady"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacedUnit(TypedUnit):
+    """A unit that carries all it needs to run, its store's root included, so that one task's plan
+    can place another's units in its own stages (ingest and reshard place the pyramid's levels
+    read back from the level above) and the engine runs them as they are: the task whose plan
+    holds them neither routes nor describes them."""
+
+    def run(self) -> int:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
 
 
 Unit = Union[TypedUnit, Mapping[str, Any]]
@@ -55,6 +69,15 @@ def unit_memory(unit: Unit) -> int:
 
 def unit_allocator(unit: Unit) -> str:
     return unit.allocator if isinstance(unit, TypedUnit) else str(unit.get("allocator", "steady"))
+
+
+def run_unit_of(task_run: Callable[[Any, Any], int | None], params: Any, unit: Unit) -> int:
+    """Run one unit: a placed unit by itself, any other by its task's ``run_unit``."""
+    return int(unit.run() if isinstance(unit, PlacedUnit) else task_run(params, unit) or 0)
+
+
+def describe(task_describe: Callable[[Any], str], unit: Unit) -> str:
+    return unit.describe() if isinstance(unit, PlacedUnit) else task_describe(unit)
 
 
 def fields_of(unit: Unit) -> dict[str, Any]:

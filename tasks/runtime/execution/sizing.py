@@ -32,6 +32,7 @@ from ...io.storage.location import as_location, on_disk
 from ..core.contract import PlanContext, TaskParams
 from .registry import get_task
 from ..core.unit_stream import as_stream
+from ..core.units import run_unit_of
 from .workflow import Workflow
 
 SAMPLE_UNITS = 3
@@ -177,7 +178,7 @@ def _sample(task: Any, params: TaskParams, plan: Any, out: Path, disk_before: in
     for unit in units:
         t0 = time.monotonic()
         try:
-            written += int(task.run_unit(params, unit) or 0)
+            written += run_unit_of(task.run_unit, params, unit)
         except ZarrmillError as err:  # a unit the real run would also fail: no estimate from it
             size.notes.append(f"a sample unit failed ({err}): no time or bytes estimated")
             return

@@ -17,7 +17,7 @@ from ...io.storage.secrets import redact
 from ..core.budget import resources_for, unit_memory
 from ..core.contract import Task, TaskParams, Unit
 from ..core.malloc import return_freed_memory, use_profile
-from ..core.units import unit_allocator, unit_id
+from ..core.units import describe, run_unit_of, unit_allocator, unit_id
 from .registry import get_task
 
 log = logging.getLogger("zarrmill")
@@ -36,9 +36,9 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:
-        return int(task.run_unit(params, unit) or 0)
+        return run_unit_of(task.run_unit, params, unit)
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
-        where = task.describe_unit(unit)
+        where = describe(task.describe_unit, unit)
         raise UnitError(redact(
             f"task {task_name}, unit {unit_id(unit)} ({where}): {type(err).__name__}: {err}"
         )) from err
@@ -159,7 +159,7 @@ def _describe_future_error(task: Task, unit: Unit, exc: BaseException) -> str:
         what = type(exc).__name__
         # distributed's KilledWorker message is a paragraph of advice; the cause follows it in the line
         message = "the worker running it died" if what == "KilledWorker" else str(exc)
-        region = task.describe_unit(unit)
+        region = describe(task.describe_unit, unit)
         line = f"task {task.name}, unit {unit_id(unit)}{f' ({region})' if region else ''}: {what}: {message}"
     return redact(line)
 
