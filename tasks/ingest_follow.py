@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from .io.ngff.acquisition import Acquisition
 from .io.readers.growing import GrowingMeasurement, Reread, Snapshot
 from .io.readers.registry import ReadOptions
 from .io.readers.yokogawa import read_measurement
-from .runtime.core.units import TypedUnit
+
+U = TypeVar("U")  # a task's unit type (a frozen dataclass, runtime/core/units.py: a floor above this one)
 
 FOLLOWED = {"cellvoyager": "the mlf, record by record", "cq": "the mlf, record by record",
             "imagexpress": "the .HTD and well files, re-read", "metaxpress": "the well folders, re-read",
@@ -151,13 +152,13 @@ class Follower:
         for line in dict.fromkeys(self.source.lines):
             print(line, file=sys.stderr, flush=True)
 
-    def versioned(self, units: list[TypedUnit], layout: str) -> list[TypedUnit]:
+    def versioned(self, units: list[U], layout: str) -> list[U]:
         """Each unit's id with its well's version and its array's ``layout``: the units of a well
         whose files or array changed are not done."""
         by_prefix = {f"{self.acquisition.row_label(r)}/{self.acquisition.col_label(c)}": v
                      for (r, c), v in self.versions.items()}
 
-        def version(unit: TypedUnit) -> TypedUnit:
+        def version(unit: U) -> U:
             prefix = "/".join(unit.id.split("/")[:2])
             digest = hashlib.blake2b(f"{by_prefix.get(prefix, 'plate')}|{layout}".encode(), digest_size=8)
             return replace(unit, id=f"{unit.id}@{digest.hexdigest()}")
