@@ -175,3 +175,40 @@ def test_open_patches_slices_like_numpy(tmp_path):
         keys.append(tuple(slice(a, a + int(rng.integers(1, 12))) for a in lo))
     for key in keys:
         np.testing.assert_array_equal(arr[key], data[key], err_msg=str(key))
+
+
+def test_min_ratio_picks_the_fastest_patch_read_at_that_ratio(cli, tmp_path):
+    """min_ratio: codec x block shape by decode GB/s / over-read among candidates of that ratio;
+    the file has the chosen codec and blocks, and patches read back equal the source."""
+    data = volume((1, 40, 64, 64), "uint16")
+    np.save(tmp_path / "v.npy", data)
+
+    def run(out, min_ratio):
+        code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / out}", "patch=[16,32,32]",
+                                f"min_ratio={min_ratio}")
+        assert code == 0, err
+        return json.loads((tmp_path / out / "zarrmill" / "compress.json").read_text())["codec"]
+
+    first = run("a", 1.01)
+    fastest = max(first["trial"], key=lambda t: t["decompress_gbs"] / t["over_read"])
+    above = [t["ratio"] for t in first["trial"] if t["ratio"] > fastest["ratio"]]
+    assert above, "no candidate compresses better than the fastest: the test cannot tell min_ratio apart"
+    floor = fastest["ratio"] + 1e-3
+    choice = run("b", floor)
+    assert len({tuple(t["blocks"]) for t in choice["trial"]}) > 1, "block shapes were not tried"
+    ok = [t for t in choice["trial"] if t["ratio"] >= floor]
+    best = max(ok, key=lambda t: (t["decompress_gbs"] / t["over_read"], t["ratio"]))
+    assert "ratio >= " in choice["chosen_by"]
+    assert (choice["codec"], choice["clevel"], choice["filter"]) == (best["codec"], best["clevel"], best["filter"])
+    plain = blosc2.open(str(tmp_path / "b" / "v.b2nd"), mode="r", mmap_mode="r")
+    assert list(plain.blocks) == best["blocks"] == choice["blocks"]
+    arr = open_patches(tmp_path / "b" / "v.b2nd")
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        o = [int(rng.integers(0, s - p + 1)) for s, p in zip(data.shape[1:], (16, 32, 32))]
+        key = (0, *(slice(a, a + p) for a, p in zip(o, (16, 32, 32))))
+        np.testing.assert_array_equal(arr[key], data[key])
+    code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'c'}", "patch=[16,32,32]",
+                            "min_ratio=90")
+    assert code == 2 and "no lossless candidate reaches min_ratio 90" in err, err
+    assert not list((tmp_path / "c").glob("*.b2nd"))

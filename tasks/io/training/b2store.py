@@ -21,8 +21,9 @@ SLAB_BYTES = 64 * 2**20
 def cparams(codec: str, clevel: int, filt: str, typesize: int) -> dict[str, Any]:
     import blosc2
 
+    filters = [blosc2.Filter[f.upper()] for f in filt.split("+")]  # "shuffle+bytedelta": both, in order
     return {"codec": blosc2.Codec[codec.upper()], "clevel": clevel, "typesize": typesize,
-            "filters": [blosc2.Filter[filt.upper()]], "nthreads": 1}
+            "filters": filters, "filters_meta": [0] * len(filters), "nthreads": 1}
 
 
 def slabs(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> list[tuple[slice, ...]]:
