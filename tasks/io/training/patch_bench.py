@@ -3,8 +3,10 @@ random patches from random cases, for a fixed time. Optionally from a cold page 
 from __future__ import annotations
 
 import multiprocessing as mp
+import resource
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -24,8 +26,15 @@ def _open(path: str, reader: str = "zarrmill"):
     return open_patches(path)
 
 
+@dataclass(frozen=True)
+class PatchRun:
+    rate: float  # patches/s, summed over readers
+    mbs: float  # patch MB/s, summed over readers
+    peak_rss_mb: float  # the largest reader's peak RSS
+
+
 def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, start: float,
-            reader: str = "zarrmill") -> tuple[int, int]:
+            reader: str = "zarrmill") -> tuple[int, int, int]:
     while time.time() < start:  # all readers begin together
         time.sleep(0.001)
     arrays = [_open(p, reader) for p in paths]
@@ -38,10 +47,24 @@ def _reader(paths: list[str], patch: Sequence[int], seconds: float, seed: int, s
         lead = (slice(None),) * (len(a.shape) - len(patch))
         size = [min(p, s) for s, p in zip(spatial, patch)]  # a case smaller than the patch: all of it
         origin = [int(rng.integers(0, s - p + 1)) for s, p in zip(spatial, size)]
-        out = np.array(a[lead + tuple(slice(o, o + p) for o, p in zip(origin, size))])
+        out = a[lead + tuple(slice(o, o + p) for o, p in zip(origin, size))]
+        if isinstance(a, np.memmap):  # a view: the copy is the read (PatchArray returns a new array)
+            out = np.array(out)
         n += 1
         nbytes += out.nbytes
-    return n, nbytes
+    return n, nbytes, peak_rss()
+
+
+def peak_rss() -> int:
+    """This process's peak RSS in bytes: VmHWM (ru_maxrss survives exec, so a spawned reader would
+    report its parent's peak), ru_maxrss where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def drop_page_cache() -> bool:
@@ -53,14 +76,29 @@ def drop_page_cache() -> bool:
         return False
 
 
+def warm_page_cache(paths: Sequence[str | Path]) -> None:
+    """Read every file once so memory maps and compressed files start from the same warm cache."""
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(16 * 2**20):
+                pass
+
+
 def patch_throughput(paths: Sequence[str | Path], patch: Sequence[int], seconds: float = 3.0,
                      processes: int = 1, seed: int = 0, cold: bool = False,
                      reader: str = "zarrmill") -> tuple[float, float]:
     """(patches/s, MB/s) summed over ``processes`` single-threaded readers. ``reader``: zarrmill's
     ``open_patches``, or ``nnunet``: ``blosc2.open`` memory-mapped and NDArray slicing, as nnU-Net's
     dataset class reads its cases."""
+    run = patch_run(paths, patch, seconds, processes, seed, cold, reader)
+    return run.rate, run.mbs
+
+
+def patch_run(paths: Sequence[str | Path], patch: Sequence[int], seconds: float = 3.0, processes: int = 1,
+              seed: int = 0, cold: bool = False, reader: str = "zarrmill") -> PatchRun:
+    """``patch_throughput`` with the readers' peak RSS."""
     if cold and not drop_page_cache():
-        return float("nan"), float("nan")
+        return PatchRun(float("nan"), float("nan"), float("nan"))
     args = [([str(p) for p in paths], list(patch), seconds, seed + i, time.time() + 0.5, reader)
             for i in range(processes)]
     ctx = mp.get_context("spawn")
@@ -68,4 +106,4 @@ def patch_throughput(paths: Sequence[str | Path], patch: Sequence[int], seconds:
         results = pool.starmap(_reader, args)
     n = sum(r[0] for r in results)
     mb = sum(r[1] for r in results) / 1e6
-    return n / seconds, mb / seconds
+    return PatchRun(n / seconds, mb / seconds, max(r[2] for r in results) / 2**20)

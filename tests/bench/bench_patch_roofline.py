@@ -1,0 +1,219 @@
+"""Random 64^3 patches from compressed training data against their roofline (issue 53, item 3).
+
+  python tests/bench/bench_patch_roofline.py [--seconds 3] [--rounds 2] [--scale 1.0] [--workdir DIR] [--big]
+
+Data (generated): 3 microscopy-like uint16 volumes of 320x512x512 (503 MB, bench_compress's
+``microscopy``), as .npy. Configurations written by ``zarrmill task compress --set patch=[64,64,64]``:
+its defaults, and ``min_ratio=2``. For 1 and 2 reader processes (one thread each, as training
+loaders run them), page cache warm (every file read once before each measurement):
+
+- memmap: ``np.load(mmap_mode="r")`` and a copy of each patch (the copy is the read);
+- reader: ``open_patches`` (zarrmill's training reader);
+- floor: patch bytes x over-read / decode throughput, where over-read is the bytes a random patch
+  decodes (whole blocks) per patch byte, averaged over 10000 random offsets, and decode throughput
+  is measured on the same files by as many processes as readers, each decompressing whole chunks on
+  one thread (blosc2's own C decoder, no slicing). A block-compressed reader cannot beat it: it must
+  decode every block a patch touches, at best at that speed.
+
+Rounds alternate the measurements (the machine is shared; medians are printed). Then: where one
+reader's time goes (decode at the measured throughput, blosc2's C slicer beyond decoding, Python),
+and the bound at ratio >= 2 over every candidate of the codec trial (codec x filter x block shape):
+the best floor, and the floor with no over-read at all. ``--big``: 5 rounds of 5 s.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_compress import microscopy
+from measure import run_measured, table, zarrmill
+
+from zarrmill.io.training.b2store import open_patches
+from zarrmill.io.training.patch_bench import patch_run, warm_page_cache
+from zarrmill.io.training.store_check import compress_summary
+
+PATCH = (64, 64, 64)
+CONFIGS = {"compress defaults": [], "compress min_ratio=2": ["min_ratio=2"]}
+
+
+def make_data(work: Path, scale: float) -> list[Path]:
+    shape = tuple(max(128, int(n * scale)) for n in (320, 512, 512))
+    folder = work / "micro"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        np.save(folder / f"case{i}.npy", microscopy(shape, i))
+    return sorted(folder.glob("*.npy"))
+
+
+def write(src: Path, dst: Path, extra: list[str]) -> dict:
+    args = ["task", "compress", "--executor", "local", "--set", f"input={src}", "--set", f"output={dst}",
+            "--set", f"patch={list(PATCH)}"]
+    for item in extra:
+        args += ["--set", item]
+    m = run_measured(zarrmill(*args))
+    paths = sorted(dst.glob("*.b2nd"))
+    raw = sum(f.stat().st_size for f in src.glob("*.npy"))
+    comp = sum(f.stat().st_size for f in paths)
+    a = open_patches(paths[0])
+    return {"paths": paths, "seconds": m.seconds, "write_rss": m.peak_mb, "ratio": raw / comp, "mb": comp / 1e6,
+            "meta": a.meta, "blocks": a.blocks, "chunks": a.chunks, "over": over_read(a.shape, a.blocks)}
+
+
+def over_read(shape, blocks, n: int = 10000) -> float:
+    """Mean bytes decoded per patch byte over random offsets (whole blocks touched)."""
+    rng = np.random.default_rng(5)
+    spatial, b = shape[-3:], blocks[-3:]
+    total = 0
+    for _ in range(n):
+        o = [int(rng.integers(0, s - p + 1)) for s, p in zip(spatial, PATCH)]
+        total += math.prod(((x + p - 1) // k - x // k + 1) * k for x, p, k in zip(o, PATCH, b))
+    return total / n / math.prod(PATCH)
+
+
+def _decoder(paths: list[str], seconds: float, seed: int, start: float) -> int:
+    import blosc2
+
+    blosc2.set_nthreads(1)
+    arrays = [blosc2.open(p, mode="r", mmap_mode="r") for p in paths]
+    buf = np.empty(arrays[0].schunk.chunksize, np.uint8)
+    rng = np.random.default_rng(seed)
+    while time.time() < start:
+        time.sleep(0.001)
+    nbytes, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = arrays[int(rng.integers(len(arrays)))]
+        a.schunk.decompress_chunk(int(rng.integers(a.schunk.nchunks)), buf)
+        nbytes += buf.nbytes
+    return nbytes
+
+
+def decode_gbs(paths: list[Path], seconds: float, processes: int) -> float:
+    """Whole-chunk decompression, GB/s summed over ``processes`` one-thread processes."""
+    args = [([str(p) for p in paths], seconds, 3 + i, time.time() + 0.5) for i in range(processes)]
+    with mp.get_context("spawn").Pool(processes) as pool:
+        return sum(pool.starmap(_decoder, args)) / seconds / 1e9
+
+
+def time_split(paths: list[Path], seconds: float, gbs: float, over: float) -> tuple[float, float, float, float]:
+    """One reader in this process: (ms per patch, decode %, C slicer beyond decode %, Python %). The
+    same boxes read through ``open_patches`` and straight through the C slicer it calls."""
+    arrays = [open_patches(p) for p in paths]
+    rng = np.random.default_rng(9)
+    boxes = []
+    for _ in range(400):
+        i = int(rng.integers(len(arrays)))
+        o = [int(rng.integers(0, s - p + 1)) for s, p in zip(arrays[i].shape[-3:], PATCH)]
+        boxes.append((i, o))
+    lead = len(arrays[0].shape) - 3
+    out = np.empty((1,) * lead + PATCH, arrays[0].dtype)
+    full = slow = 0.0
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for i, o in boxes[:50]:
+            a = arrays[i]
+            t0 = time.perf_counter()
+            a[(0,) * lead + tuple(slice(x, x + p) for x, p in zip(o, PATCH))]
+            t1 = time.perf_counter()
+            a._slice_into(a._a, out, ((0,) * lead + tuple(o), (1,) * lead + tuple(x + p for x, p in zip(o, PATCH))))
+            full, slow, n = full + t1 - t0, slow + time.perf_counter() - t1, n + 1
+        boxes = boxes[50:] + boxes[:50]
+    per, c_call = full / n, slow / n
+    decode = math.prod(PATCH) * arrays[0].dtype.itemsize * over / (gbs * 1e9)
+    return per * 1e3, 100 * decode / per, 100 * (c_call - decode) / per, 100 * (per - c_call) / per
+
+
+def bound_rows(trial: list[dict], memmap: float) -> list[tuple]:
+    """Candidates of the codec trial at ratio >= 2 by floor (one thread), best first."""
+    nbytes = math.prod(PATCH) * 2
+    ok = sorted((t for t in trial if t["ratio"] >= 2), key=lambda t: -t["decompress_gbs"] / t["over_read"])
+    rows = []
+    for t in ok[:6]:
+        floor = t["decompress_gbs"] * 1e9 / (nbytes * t["over_read"])
+        rows.append((f"{t['codec']}-{t['clevel']} {t['filter']}", "x".join(map(str, t["blocks"][-3:])),
+                     f"{t['ratio']:.3f}", f"{t['decompress_gbs']:.2f}", f"{t['over_read']:.2f}", f"{floor:.0f}",
+                     f"{floor / memmap:.2f}x"))
+    if ok:
+        top = max(ok, key=lambda t: t["decompress_gbs"])
+        rows.append((f"no over-read: {top['codec']}-{top['clevel']} {top['filter']}", "-", f"{top['ratio']:.3f}",
+                     f"{top['decompress_gbs']:.2f}", "1.00", f"{top['decompress_gbs'] * 1e9 / nbytes:.0f}",
+                     f"{top['decompress_gbs'] * 1e9 / nbytes / memmap:.2f}x"))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--big", action="store_true", help="5 rounds of 5 s")
+    args = ap.parse_args()
+    if args.big:
+        args.seconds, args.rounds = max(args.seconds, 5.0), max(args.rounds, 5)
+    work = Path(tempfile.mkdtemp(prefix="zm-bench-roofline-", dir=args.workdir))
+    try:
+        run(work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work: Path, args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    npys = make_data(work, args.scale)
+    print(f"data: {sum(f.stat().st_size for f in npys) / 1e6:.0f} MB in {len(npys)} uint16 volumes "
+          f"{np.load(npys[0], mmap_mode='r').shape}, patch {PATCH}", flush=True)
+    confs = {name: write(npys[0].parent, work / f"out{i}", extra) for i, (name, extra) in enumerate(CONFIGS.items())}
+    res: dict[tuple, list[float]] = {}
+    rss: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for procs in (1, 2):
+            warm_page_cache(npys)
+            r = patch_run(npys, PATCH, args.seconds, procs, seed=7)
+            res.setdefault(("memmap", procs), []).append(r.rate)
+            rss["memmap"] = max(rss.get("memmap", 0), r.peak_rss_mb)
+            for name, c in confs.items():
+                warm_page_cache(c["paths"])
+                r = patch_run(c["paths"], PATCH, args.seconds, procs, seed=7)
+                res.setdefault((name, procs), []).append(r.rate)
+                rss[name] = max(rss.get(name, 0), r.peak_rss_mb)
+                res.setdefault((name, procs, "gbs"), []).append(decode_gbs(c["paths"], args.seconds, procs))
+    med = {k: statistics.median(v) for k, v in res.items()}
+    nbytes = math.prod(PATCH) * 2
+    rows = [("memmap (.npy)", "1.00", f"{sum(f.stat().st_size for f in npys) / 1e6:.0f}", "-", "-", "-", "-", "-",
+             f"{med['memmap', 1]:.0f} / {med['memmap', 2]:.0f}", "-", "1.00x / 1.00x", f"{rss['memmap']:.0f}")]
+    for name, c in confs.items():
+        m = c["meta"]
+        floor = {p: med[name, p, "gbs"] * 1e9 / (nbytes * c["over"]) for p in (1, 2)}
+        rows.append((f"{name}: {m['codec']}-{m['clevel']} {m['filter']}, blocks {'x'.join(map(str, c['blocks'][-3:]))}",
+                     f"{c['ratio']:.2f}", f"{c['mb']:.0f}", f"{c['seconds']:.1f} s / {c['write_rss']:.0f} MB",
+                     f"{c['over']:.2f}", f"{med[name, 1, 'gbs']:.2f} / {med[name, 2, 'gbs']:.2f}",
+                     f"{floor[1]:.0f} / {floor[2]:.0f}", f"{floor[1] / med['memmap', 1]:.2f}x / "
+                     f"{floor[2] / med['memmap', 2]:.2f}x", f"{med[name, 1]:.0f} / {med[name, 2]:.0f}",
+                     f"{med[name, 1] / floor[1]:.2f} / {med[name, 2] / floor[2]:.2f}",
+                     f"{med[name, 1] / med['memmap', 1]:.2f}x / {med[name, 2] / med['memmap', 2]:.2f}x",
+                     f"{rss[name]:.0f}"))
+    print(table(rows, ("configuration", "ratio", "MB on disk", "write time / peak RSS", "over-read",
+                       "decode GB/s 1p / 2p", "floor patches/s 1p / 2p", "floor / memmap", "reader patches/s 1p / 2p",
+                       "reader / floor", "reader / memmap", "reader peak RSS MB")))
+    print(f"(medians of {args.rounds} alternating rounds of {args.seconds:.0f} s; 1p / 2p: 1 and 2 reader processes)")
+    split = [(name, *[f"{v:.1f}" if i == 0 else f"{v:.0f} %" for i, v in enumerate(
+        time_split(c["paths"], args.seconds, med[name, 1, "gbs"], c["over"]))]) for name, c in confs.items()]
+    print(table(split, ("configuration", "ms per patch", "decode", "C slicer beyond decode", "Python")))
+    trial = (compress_summary(confs["compress min_ratio=2"]["paths"][0].parent) or {})["codec"]["trial"]
+    print("Bound at ratio >= 2 (codec trial of min_ratio=2 on sampled chunks, one thread):")
+    print(table(bound_rows(trial, med["memmap", 1]), ("candidate", "blocks", "ratio", "decode GB/s", "over-read",
+                                                      "floor patches/s", "floor / memmap 1p")))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
