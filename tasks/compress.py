@@ -44,8 +44,8 @@ from .io.training.nnunet import (NOTE, is_nnunet_folder, layout_note, open_array
                                  plans_patch_size, read_cases)
 from .io.training.nnunet import Case as NnunetCase
 from .io.training.store_check import COMPRESS_SUMMARY, SUMMARY_ATTR, compress_summary
-from .io.training.codec_trial import (Policy, Trial, choose, choose_for_patches, choose_no_larger, run_trials,
-                                      sample_chunks)
+from .io.training.codec_trial import (Policy, Trial, choose, choose_for_patches, choose_no_larger, run_patch_trials,
+                                      run_trials, sample_chunks)
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
@@ -189,8 +189,8 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
     if p.min_ratio is not None:
         return _for_patches(p, samples, chunks, blocks or samples[0].shape)
     trials = run_trials(samples, blocks or samples[0].shape)
-    if p.format == "zarr":  # zarr's Blosc codec has no bytedelta
-        trials = [t for t in trials if t.codec in ZARR_CNAMES and "+" not in t.filter] or trials
+    if p.format == "zarr":
+        trials = [t for t in trials if t.codec in ZARR_CNAMES] or trials
     own = own_codec(sources[0].path) if _nnunet(p) else None
     baseline = next((t for t in trials if (t.codec, t.clevel, t.filter) == own), None)
     if baseline is not None:
@@ -205,7 +205,7 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
 def _for_patches(p: Params, samples: list, chunks: tuple[int, ...], blocks: tuple[int, ...]) -> dict:
     """min_ratio: codecs x block shapes (the given ``blocks`` only, if set), the fastest patch read."""
     more = [] if p.blocks else block_options(chunks, blocks, patch_of(p), samples[0].itemsize)
-    trials = run_trials(samples, blocks, patch_of(p), more)
+    trials = run_patch_trials(samples, blocks, patch_of(p), more)
     best = choose_for_patches(trials, p.min_ratio)
     if best is None:
         top = max(trials, key=lambda t: t.ratio)

@@ -67,6 +67,8 @@ def test_folder_of_cases_and_recorded_codec(cli, tmp_path):
     assert summary["codec"]["chosen_by"] == "trial (ratio)"
     best = max(summary["codec"]["trial"], key=lambda t: (round(t["ratio"], 3), t["decompress_gbs"]))
     assert summary["codec"]["codec"] == best["codec"] and summary["codec"]["filter"] == best["filter"]
+    # bytedelta is for min_ratio only: in the policies' band it pushed LZ4HC out (3x slower patches)
+    assert {t["filter"] for t in summary["codec"]["trial"]} == {"shuffle", "bitshuffle", "nofilter"}
     for i in range(3):
         np.testing.assert_array_equal(blosc2.open(str(tmp_path / "out" / f"case_{i}.b2nd"))[...],
                                       np.load(tmp_path / "cases" / f"case_{i}.npy"))
@@ -196,6 +198,7 @@ def test_min_ratio_picks_the_fastest_patch_read_at_that_ratio(cli, tmp_path):
     floor = fastest["ratio"] + 1e-3
     choice = run("b", floor)
     assert len({tuple(t["blocks"]) for t in choice["trial"]}) > 1, "block shapes were not tried"
+    assert "shuffle+bytedelta" in {t["filter"] for t in choice["trial"]}
     ok = [t for t in choice["trial"] if t["ratio"] >= floor]
     best = max(ok, key=lambda t: (t["decompress_gbs"] / t["over_read"], t["ratio"]))
     assert "ratio >= " in choice["chosen_by"]
@@ -212,3 +215,30 @@ def test_min_ratio_picks_the_fastest_patch_read_at_that_ratio(cli, tmp_path):
                             "min_ratio=90")
     assert code == 2 and "no lossless candidate reaches min_ratio 90" in err, err
     assert not list((tmp_path / "c").glob("*.b2nd"))
+
+
+@pytest.mark.parametrize("kind", ["b2nd", "zarr"])
+def test_read_batch_equals_numpy_patches(tmp_path, kind):
+    """read_batch: every patch equals the source's box, written into a given batch array in place."""
+    data = volume((2, 23, 31, 17), "uint16")
+    if kind == "b2nd":
+        path = tmp_path / "a.b2nd"
+        written = blosc2.asarray(data, chunks=(1, 8, 16, 16), blocks=(1, 4, 8, 8), urlpath=str(path), mode="w")
+        del written  # closed before it is opened for reading
+    else:
+        path = tmp_path / "a.zarr"
+        zarr.open_array(str(path), mode="w", shape=data.shape, chunks=(1, 8, 16, 16), dtype=data.dtype)[:] = data
+    arr = open_patches(path)
+    rng = np.random.default_rng(2)
+    size = (5, 9, 7)
+    origins = [[int(rng.integers(0, s - k + 1)) for s, k in zip(data.shape[1:], size)] for _ in range(12)]
+    out = np.full((12, 2, *size), 7, np.uint16)
+    got = arr.read_batch(origins, size, out=out)
+    assert got is out
+    for i, o in enumerate(origins):
+        np.testing.assert_array_equal(out[i], data[(slice(None), *(slice(a, a + k) for a, k in zip(o, size)))])
+    np.testing.assert_array_equal(arr.read_batch(origins[:3], size), out[:3])
+    with pytest.raises(IndexError):
+        arr.read_batch([[0, 0, 11]], size)
+    with pytest.raises(ValueError):
+        arr.read_batch(origins, size, out=np.empty((12, 2, 5, 9, 6), np.uint16))

@@ -1,6 +1,6 @@
 """Random 64^3 patches from compressed training data against their roofline (issue 53, item 3).
 
-  python tests/bench/bench_patch_roofline.py [--seconds 3] [--rounds 2] [--scale 1.0] [--workdir DIR] [--big]
+  python tests/bench/bench_patch_roofline.py [--seconds 2] [--rounds 2] [--scale 1.0] [--workdir DIR] [--big]
 
 Data (generated): 3 microscopy-like uint16 volumes of 320x512x512 (503 MB, bench_compress's
 ``microscopy``), as .npy. Configurations written by ``zarrmill task compress --set patch=[64,64,64]``:
@@ -8,14 +8,17 @@ its defaults, and ``min_ratio=2``. For 1 and 2 reader processes (one thread each
 loaders run them), page cache warm (every file read once before each measurement):
 
 - memmap: ``np.load(mmap_mode="r")`` and a copy of each patch (the copy is the read);
-- reader: ``open_patches`` (zarrmill's training reader);
+- reader: ``open_patches`` (zarrmill's training reader), one patch per call as a new array (as
+  nnU-Net's loader reads), and 8 patches of a case per call into a reused batch array
+  (``read_batch``; the memmap then copies into the same kind of array);
 - floor: patch bytes x over-read / decode throughput, where over-read is the bytes a random patch
   decodes (whole blocks) per patch byte, averaged over 10000 random offsets, and decode throughput
   is measured on the same files by as many processes as readers, each decompressing whole chunks on
   one thread (blosc2's own C decoder, no slicing). A block-compressed reader cannot beat it: it must
-  decode every block a patch touches, at best at that speed.
+  decode every block a patch touches, at best at that speed. Decode and the reader alternate every
+  0.2 s in the same processes, so load from elsewhere on a shared machine slows both alike.
 
-Rounds alternate the measurements (the machine is shared; medians are printed). Then: where one
+Rounds repeat every measurement (medians are printed). Then: where one
 reader's time goes (decode at the measured throughput, blosc2's C slicer beyond decoding, Python),
 and the bound at ratio >= 2 over every candidate of the codec trial (codec x filter x block shape):
 the best floor, and the floor with no over-read at all. ``--big``: 5 rounds of 5 s.
@@ -37,11 +40,12 @@ from bench_compress import microscopy
 from measure import run_measured, table, zarrmill
 
 from zarrmill.io.training.b2store import open_patches
-from zarrmill.io.training.patch_bench import patch_run, warm_page_cache
+from zarrmill.io.training.patch_bench import patch_run, read_patches, warm_page_cache
 from zarrmill.io.training.store_check import compress_summary
 
 PATCH = (64, 64, 64)
 CONFIGS = {"compress defaults": [], "compress min_ratio=2": ["min_ratio=2"]}
+BATCH = 8  # patches per call in batched mode (read_batch; a memmap copies into the same batch array)
 
 
 def make_data(work: Path, scale: float) -> list[Path]:
@@ -78,28 +82,42 @@ def over_read(shape, blocks, n: int = 10000) -> float:
     return total / n / math.prod(PATCH)
 
 
-def _decoder(paths: list[str], seconds: float, seed: int, start: float) -> int:
+def _mixed(paths: list[str], seconds: float, seed: int, start: float, batch: int) -> tuple[float, float, int, float]:
+    """Alternating 0.2 s windows in one process: blosc2 decompressing whole random chunks (one
+    thread), then patches read through ``open_patches`` (``batch`` per call). Both see the same
+    machine: other load slows both alike. (decoded bytes, decode s, patches, read s)."""
     import blosc2
 
     blosc2.set_nthreads(1)
-    arrays = [blosc2.open(p, mode="r", mmap_mode="r") for p in paths]
-    buf = np.empty(arrays[0].schunk.chunksize, np.uint8)
+    raws = [blosc2.open(p, mode="r", mmap_mode="r") for p in paths]
+    arrays = [open_patches(p) for p in paths]
+    buf = np.empty(raws[0].schunk.chunksize, np.uint8)
     rng = np.random.default_rng(seed)
     while time.time() < start:
         time.sleep(0.001)
-    nbytes, end = 0, time.perf_counter() + seconds
+    dec = dec_s = read_s = 0.0
+    n, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
-        a = arrays[int(rng.integers(len(arrays)))]
-        a.schunk.decompress_chunk(int(rng.integers(a.schunk.nchunks)), buf)
-        nbytes += buf.nbytes
-    return nbytes
+        t0 = t = time.perf_counter()
+        while t - t0 < 0.2:
+            a = raws[int(rng.integers(len(raws)))]
+            a.schunk.decompress_chunk(int(rng.integers(a.schunk.nchunks)), buf)
+            dec, t = dec + buf.nbytes, time.perf_counter()
+        dec_s += t - t0
+        t0 = t
+        while t - t0 < 0.2:
+            read_patches(arrays[int(rng.integers(len(arrays)))], PATCH, rng, batch)
+            n, t = n + batch, time.perf_counter()
+        read_s += t - t0
+    return dec, dec_s, n, read_s
 
 
-def decode_gbs(paths: list[Path], seconds: float, processes: int) -> float:
-    """Whole-chunk decompression, GB/s summed over ``processes`` one-thread processes."""
-    args = [([str(p) for p in paths], seconds, 3 + i, time.time() + 0.5) for i in range(processes)]
+def mixed(paths: list[Path], seconds: float, processes: int, batch: int) -> tuple[float, float]:
+    """(decode GB/s, reader patches/s), each summed over ``processes`` one-thread processes."""
+    args = [([str(p) for p in paths], seconds, 3 + i, time.time() + 0.5, batch) for i in range(processes)]
     with mp.get_context("spawn").Pool(processes) as pool:
-        return sum(pool.starmap(_decoder, args)) / seconds / 1e9
+        res = pool.starmap(_mixed, args)
+    return sum(r[0] / r[1] for r in res) / 1e9, sum(r[2] / r[3] for r in res)
 
 
 def time_split(paths: list[Path], seconds: float, gbs: float, over: float) -> tuple[float, float, float, float]:
@@ -151,7 +169,7 @@ def bound_rows(trial: list[dict], memmap: float) -> list[tuple]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--workdir", default=None)
@@ -175,42 +193,47 @@ def run(work: Path, args: argparse.Namespace) -> None:
     res: dict[tuple, list[float]] = {}
     rss: dict[str, float] = {}
     for _ in range(args.rounds):
-        for procs in (1, 2):
-            warm_page_cache(npys)
-            r = patch_run(npys, PATCH, args.seconds, procs, seed=7)
-            res.setdefault(("memmap", procs), []).append(r.rate)
-            rss["memmap"] = max(rss.get("memmap", 0), r.peak_rss_mb)
-            for name, c in confs.items():
-                warm_page_cache(c["paths"])
-                r = patch_run(c["paths"], PATCH, args.seconds, procs, seed=7)
-                res.setdefault((name, procs), []).append(r.rate)
+        for procs, batch in ((1, 1), (2, 1), (1, BATCH), (2, BATCH)):
+            for name, paths in [("memmap", npys)] + [(k, c["paths"]) for k, c in confs.items()]:
+                warm_page_cache(paths)
+                r = patch_run(paths, PATCH, args.seconds, procs, seed=7, batch=batch)
+                res.setdefault((name, procs, batch), []).append(r.rate)
                 rss[name] = max(rss.get(name, 0), r.peak_rss_mb)
-                res.setdefault((name, procs, "gbs"), []).append(decode_gbs(c["paths"], args.seconds, procs))
+                if name != "memmap" and batch == 1:  # the floor does not depend on batching
+                    gbs, rate = mixed(paths, args.seconds, procs, batch)
+                    res.setdefault((name, procs, batch, "gbs"), []).append(gbs)
+                    res.setdefault((name, procs, batch, "mixed"), []).append(rate)
     med = {k: statistics.median(v) for k, v in res.items()}
     nbytes = math.prod(PATCH) * 2
-    rows = [("memmap (.npy)", "1.00", f"{sum(f.stat().st_size for f in npys) / 1e6:.0f}", "-", "-", "-", "-", "-",
-             f"{med['memmap', 1]:.0f} / {med['memmap', 2]:.0f}", "-", "1.00x / 1.00x", f"{rss['memmap']:.0f}")]
-    for name, c in confs.items():
-        m = c["meta"]
-        floor = {p: med[name, p, "gbs"] * 1e9 / (nbytes * c["over"]) for p in (1, 2)}
-        rows.append((f"{name}: {m['codec']}-{m['clevel']} {m['filter']}, blocks {'x'.join(map(str, c['blocks'][-3:]))}",
-                     f"{c['ratio']:.2f}", f"{c['mb']:.0f}", f"{c['seconds']:.1f} s / {c['write_rss']:.0f} MB",
-                     f"{c['over']:.2f}", f"{med[name, 1, 'gbs']:.2f} / {med[name, 2, 'gbs']:.2f}",
-                     f"{floor[1]:.0f} / {floor[2]:.0f}", f"{floor[1] / med['memmap', 1]:.2f}x / "
-                     f"{floor[2] / med['memmap', 2]:.2f}x", f"{med[name, 1]:.0f} / {med[name, 2]:.0f}",
-                     f"{med[name, 1] / floor[1]:.2f} / {med[name, 2] / floor[2]:.2f}",
-                     f"{med[name, 1] / med['memmap', 1]:.2f}x / {med[name, 2] / med['memmap', 2]:.2f}x",
-                     f"{rss[name]:.0f}"))
+    rows = []
+    for batch in (1, BATCH):
+        mm = {p: med["memmap", p, batch] for p in (1, 2)}
+        rows.append((f"memmap (.npy), {batch} per call", "1.00", f"{sum(f.stat().st_size for f in npys) / 1e6:.0f}",
+                     "-", "-", "-", "-", "-", f"{mm[1]:.0f} / {mm[2]:.0f}", "-", "1.00x / 1.00x", f"{rss['memmap']:.0f}"))
+        for name, c in confs.items():
+            m, k = c["meta"], (name, batch)
+            floor = {p: med[name, p, 1, "gbs"] * 1e9 / (nbytes * c["over"]) for p in (1, 2)}
+            same = (f"{med[name, 1, 1, 'mixed'] / floor[1]:.2f} / {med[name, 2, 1, 'mixed'] / floor[2]:.2f}"
+                    if batch == 1 else "-")
+            rows.append((f"{name}, {batch} per call: {m['codec']}-{m['clevel']} {m['filter']}, blocks "
+                         f"{'x'.join(map(str, c['blocks'][-3:]))}", f"{c['ratio']:.2f}", f"{c['mb']:.0f}",
+                         f"{c['seconds']:.1f} s / {c['write_rss']:.0f} MB", f"{c['over']:.2f}",
+                         f"{med[name, 1, 1, 'gbs']:.2f} / {med[name, 2, 1, 'gbs']:.2f}",
+                         f"{floor[1]:.0f} / {floor[2]:.0f}", f"{floor[1] / mm[1]:.2f}x / {floor[2] / mm[2]:.2f}x",
+                         f"{med[name, 1, batch]:.0f} / {med[name, 2, batch]:.0f}", same,
+                         f"{med[name, 1, batch] / mm[1]:.2f}x / {med[name, 2, batch] / mm[2]:.2f}x",
+                         f"{rss[k[0]]:.0f}"))
     print(table(rows, ("configuration", "ratio", "MB on disk", "write time / peak RSS", "over-read",
                        "decode GB/s 1p / 2p", "floor patches/s 1p / 2p", "floor / memmap", "reader patches/s 1p / 2p",
-                       "reader / floor", "reader / memmap", "reader peak RSS MB")))
-    print(f"(medians of {args.rounds} alternating rounds of {args.seconds:.0f} s; 1p / 2p: 1 and 2 reader processes)")
+                       "reader / floor (same windows)", "reader / memmap", "reader peak RSS MB")))
+    print(f"(medians of {args.rounds} rounds of {args.seconds:.0f} s; 1p / 2p: 1 and 2 reader processes; floor and "
+          f"'same windows': decode and reads alternating every 0.2 s in the same processes)")
     split = [(name, *[f"{v:.1f}" if i == 0 else f"{v:.0f} %" for i, v in enumerate(
-        time_split(c["paths"], args.seconds, med[name, 1, "gbs"], c["over"]))]) for name, c in confs.items()]
+        time_split(c["paths"], args.seconds, med[name, 1, 1, "gbs"], c["over"]))]) for name, c in confs.items()]
     print(table(split, ("configuration", "ms per patch", "decode", "C slicer beyond decode", "Python")))
     trial = (compress_summary(confs["compress min_ratio=2"]["paths"][0].parent) or {})["codec"]["trial"]
     print("Bound at ratio >= 2 (codec trial of min_ratio=2 on sampled chunks, one thread):")
-    print(table(bound_rows(trial, med["memmap", 1]), ("candidate", "blocks", "ratio", "decode GB/s", "over-read",
+    print(table(bound_rows(trial, med["memmap", 1, 1]), ("candidate", "blocks", "ratio", "decode GB/s", "over-read",
                                                       "floor patches/s", "floor / memmap 1p")))
     print(f"total {time.perf_counter() - t0:.0f} s")
 
