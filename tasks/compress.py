@@ -179,6 +179,8 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
     trial has a floor: no more bytes than nnU-Net's own codec on the same chunks, then the fastest."""
     if p.min_ratio is not None and (p.codec != "auto" or p.format != "b2nd"):
         raise ConfigError("min_ratio needs codec auto and format b2nd (the trial picks codec and block shape)")
+    if p.format == "zarr" and "+" in p.filter:
+        raise ConfigError(f"filter {p.filter} is for format b2nd (zarr's Blosc codec has no bytedelta)")
     if p.codec != "auto":
         return {"codec": p.codec, "clevel": p.clevel, "filter": p.filter, "chosen_by": "parameters"}
     samples = []
@@ -285,8 +287,6 @@ def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:
 
 
 def _zarr_spec(p: Params, src: Source, chunks: tuple[int, ...], choice: dict) -> ArraySpec:
-    if "+" in choice["filter"]:
-        raise ConfigError(f"filter {choice['filter']} is for format b2nd (zarr's Blosc codec has no bytedelta)")
     shuffle = {"nofilter": "noshuffle"}.get(choice["filter"], choice["filter"])
     codec = Codec(cname=choice["codec"], clevel=choice["clevel"], shuffle=shuffle)
     shards = tuple(p.shards) if p.shards else None

@@ -27,6 +27,12 @@ def compress(cli, *sets):
     return cli(*args)
 
 
+def compress_saved(cli, tmp_path, data, out, *sets):
+    """Save ``data`` as v.npy in tmp_path and compress it into ``out``; (code, stdout, stderr)."""
+    np.save(tmp_path / "v.npy", data)
+    return compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / out}", *sets)
+
+
 def volume(shape, dtype, seed=0):
     rng = np.random.default_rng(seed)
     base = np.cumsum(rng.integers(-3, 4, size=shape), axis=-1)  # smooth-ish, compressible
@@ -79,14 +85,13 @@ def test_zarr_output_reads_with_stock_zarr_and_ome_zarr(cli, tmp_path):
     from ome_zarr.reader import Reader
 
     data = volume((2, 24, 50, 40), "uint16")
-    np.save(tmp_path / "vol.npy", data)
-    code, _, err = compress(cli, f"input={tmp_path / 'vol.npy'}", f"output={tmp_path / 'out.zarr'}", "format=zarr",
-                            "patch=[8,16,16]", "shards=[1,16,32,32]")
+    code, _, err = compress_saved(cli, tmp_path, data, "out.zarr", "format=zarr", "patch=[8,16,16]",
+                                  "shards=[1,16,32,32]")
     assert code == 0, err
-    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "vol" / "0"))[:], data)
-    node = list(Reader(parse_url(str(tmp_path / "out.zarr" / "vol")))())[0]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "v" / "0"))[:], data)
+    node = list(Reader(parse_url(str(tmp_path / "out.zarr" / "v")))())[0]
     np.testing.assert_array_equal(np.asarray(node.data[0]), data)
-    codecs = json.loads((tmp_path / "out.zarr" / "vol" / "0" / "zarr.json").read_text())["codecs"]
+    codecs = json.loads((tmp_path / "out.zarr" / "v" / "0" / "zarr.json").read_text())["codecs"]
     inner = codecs[0]["configuration"]["codecs"]
     assert codecs[0]["name"] == "sharding_indexed" and inner[-1]["name"] == "blosc"
 
@@ -242,3 +247,19 @@ def test_read_batch_equals_numpy_patches(tmp_path, kind):
         arr.read_batch([[0, 0, 11]], size)
     with pytest.raises(ValueError):
         arr.read_batch(origins, size, out=np.empty((12, 2, 5, 9, 6), np.uint16))
+
+
+def test_bytedelta_filter_by_hand_and_what_zarr_refuses(cli, tmp_path):
+    data = volume((1, 20, 32, 32), "uint16")
+    code, _, err = compress_saved(cli, tmp_path, data, "a", "patch=[8,16,16]", "codec=zstd", "filter=shuffle+bytedelta")
+    assert code == 0, err
+    arr = blosc2.open(str(tmp_path / "a" / "v.b2nd"), mode="r")
+    assert list(arr.schunk.cparams.filters[:2]) == [blosc2.Filter.SHUFFLE, blosc2.Filter.BYTEDELTA]
+    np.testing.assert_array_equal(arr[...], data)
+    for sets, says in ((["format=zarr", "codec=zstd", "filter=shuffle+bytedelta"], "is for format b2nd"),
+                       (["format=zarr", "min_ratio=2"], "min_ratio needs codec auto and format b2nd"),
+                       (["codec=lz4", "min_ratio=2"], "min_ratio needs codec auto and format b2nd")):
+        code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'z.zarr'}", "patch=[8,16,16]",
+                                *sets)
+        assert code == 2 and says in err, (sets, err)
+        assert not (tmp_path / "z.zarr").exists()  # refused before anything is written
