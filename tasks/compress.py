@@ -12,8 +12,10 @@ blocks covering about one patch per axis, at most 4 MiB; channels are 1 in both 
 patch gets 32^3 blocks in 128^3 chunks). ``layout: nnunet`` (nnU-Net v2.8's rule) or ``blosc2``
 (its defaults) select the baselines; ``chunks``/``blocks`` override. With ``codec: auto`` the
 codec, level and filter are chosen by trial on sampled chunks under ``policy`` and recorded in
-each output. Lossless: every slab written is read back and compared. One unit per case (b2nd) or
-per group of whole chunks (zarr)."""
+each output; with ``min_ratio`` the trial also tries block shapes beside the rule's and takes,
+among candidates of at least that ratio, the fastest patch read (decode speed / over-read).
+Lossless: every slab written is read back and compared. One unit per case (b2nd) or per group of
+whole chunks (zarr)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,14 +37,15 @@ from .io.storage.arrays import (
     write_region,
 )
 from .io.storage.atomic import atomic_write_bytes, atomic_write_json
-from .io.training.b2layout import nnunet_layout, patch_layout
+from .io.training.b2layout import block_options, nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
 from .io.storage.guard import META_DIR as SUMMARY_DIR
 from .io.training.nnunet import (NOTE, is_nnunet_folder, layout_note, open_array, own_codec, patch_for,
                                  plans_patch_size, read_cases)
 from .io.training.nnunet import Case as NnunetCase
 from .io.training.store_check import COMPRESS_SUMMARY, SUMMARY_ATTR, compress_summary
-from .io.training.codec_trial import Policy, choose, choose_no_larger, run_trials, sample_chunks
+from .io.training.codec_trial import (Policy, Trial, choose, choose_for_patches, choose_no_larger, run_patch_trials,
+                                      run_trials, sample_chunks)
 from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
@@ -77,8 +80,12 @@ class Params(TaskParams):
         "auto", description="Blosc compressor; auto: compressor, level and filter chosen by a trial on sampled "
                             "chunks under policy, and recorded in each output")
     clevel: int = Field(5, ge=0, le=9, description="level when codec is not auto")
-    filter: Literal["shuffle", "bitshuffle", "nofilter"] = Field("shuffle", description="when codec is not auto")
+    filter: Literal["shuffle", "bitshuffle", "nofilter", "shuffle+bytedelta"] = Field(
+        "shuffle", description="when codec is not auto (shuffle+bytedelta: format b2nd only)")
     policy: Policy = Field("balanced", description="codec trial: ratio, speed or balanced")
+    min_ratio: float | None = Field(None, gt=0, le=100, description="codec trial (format b2nd): the fastest patch read "
+                                    "(decode speed / over-read, block shapes tried too) among candidates of at "
+                                    "least this compression ratio; refused before writing if none reaches it")
     trial_chunks: int = Field(4, ge=1, le=64, description="chunks sampled for the codec trial")
     shards: list[PositiveInt] | None = Field(None, description="zarr: shard shape, whole chunks")
     level: int = Field(0, ge=0, le=MAX_LEVEL, description="OME-Zarr input: pyramid level")
@@ -170,13 +177,19 @@ def codec_choices(p: Params, sources: list[Source]) -> dict[str, dict]:
 def codec_choice(p: Params, sources: list[Source]) -> dict:
     """By parameters, or by trial on sampled chunks under ``policy``. For an nnU-Net folder the
     trial has a floor: no more bytes than nnU-Net's own codec on the same chunks, then the fastest."""
+    if p.min_ratio is not None and (p.codec != "auto" or p.format != "b2nd"):
+        raise ConfigError("min_ratio needs codec auto and format b2nd (the trial picks codec and block shape)")
+    if p.format == "zarr" and "+" in p.filter:
+        raise ConfigError(f"filter {p.filter} is for format b2nd (zarr's Blosc codec has no bytedelta)")
     if p.codec != "auto":
         return {"codec": p.codec, "clevel": p.clevel, "filter": p.filter, "chosen_by": "parameters"}
     samples = []
     for src in sources[:4]:
         chunks, _ = layout_for(p, src)
         samples += sample_chunks(src.read, src.shape, chunks, max(1, p.trial_chunks // min(len(sources), 4)))
-    _, blocks = layout_for(p, sources[0])
+    chunks, blocks = layout_for(p, sources[0])
+    if p.min_ratio is not None:
+        return _for_patches(p, samples, chunks, blocks or samples[0].shape)
     trials = run_trials(samples, blocks or samples[0].shape)
     if p.format == "zarr":
         trials = [t for t in trials if t.codec in ZARR_CNAMES] or trials
@@ -188,8 +201,34 @@ def codec_choice(p: Params, sources: list[Source]) -> dict:
                f"{own[0]}-{own[1]} + {own[2]} (ratio {baseline.ratio:.3f})")
     else:
         best, how = choose(trials, p.policy), f"trial ({p.policy})"
+    return _choice(best, how, samples, trials)
+
+
+def _for_patches(p: Params, samples: list, chunks: tuple[int, ...], blocks: tuple[int, ...]) -> dict:
+    """min_ratio: codecs x block shapes (the given ``blocks`` only, if set), the fastest patch read."""
+    more = [] if p.blocks else block_options(chunks, blocks, patch_of(p), samples[0].itemsize)
+    trials = run_patch_trials(samples, blocks, patch_of(p), more)
+    best = choose_for_patches(trials, p.min_ratio)
+    if best is None:
+        top = max(trials, key=lambda t: t.ratio)
+        raise ConfigError(f"no lossless candidate reaches min_ratio {p.min_ratio} on {len(samples)} sampled chunks "
+                          f"(best {top.ratio:.3f}: {top.codec}-{top.clevel} + {top.filter}); lower min_ratio")
+    how = f"trial: the fastest patch read (decode GB/s / over-read) of those at ratio >= {p.min_ratio}"
+    return {**_choice(best, how, samples, trials), "blocks": list(best.blocks)}
+
+
+def _choice(best: Trial, how: str, samples: list, trials: list[Trial]) -> dict:
     return {"codec": best.codec, "clevel": best.clevel, "filter": best.filter, "chosen_by": how,
             "trial_samples": len(samples), "trial": [t.as_dict() for t in trials]}
+
+
+def chosen_blocks(src: Source, blocks: tuple[int, ...] | None, choice: dict) -> tuple[int, ...] | None:
+    """The trial's block shape (min_ratio) for ``src``, else the layout's."""
+    if not choice.get("blocks"):
+        return blocks
+    n = min(len(choice["blocks"]), len(src.shape))
+    spatial = [min(b, s) for b, s in zip(choice["blocks"][-n:], src.shape[-n:])]
+    return (1,) * (len(src.shape) - n) + tuple(spatial)
 
 
 def _out_path(p: Params, src: Source, n_sources: int) -> Location:
@@ -216,6 +255,7 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         ensure_group(out, 3, ctx)
     for i, src in enumerate(sources):
         chunks, blocks = layout_for(p, src)
+        blocks = chosen_blocks(src, blocks, choices[str(src.dtype)])
         base = {"case": i, "path": str(src.path), "out": str(_out_path(p, src, len(sources))), "name": src.name,
                 "chunks": list(chunks), "blocks": list(blocks) if blocks else None,
                 "codec": {k: choices[str(src.dtype)][k] for k in ("codec", "clevel", "filter")},
@@ -318,6 +358,7 @@ def _finish_nnunet(p: Params, ctx: PlanContext, summary: dict, sources: list[Sou
     for kind, src in (("data", sources[0]), ("seg", sources[1])):
         chunks, blocks = layout_for(p, src)
         choice = summary["codecs"][str(src.dtype)]
+        blocks = chosen_blocks(src, blocks, choice)
         choices[kind] = {"dtype": str(src.dtype), "chunks": list(chunks), "blocks": list(blocks or []), **{
             k: choice[k] for k in ("codec", "clevel", "filter", "chosen_by")}}
     atomic_write_bytes(out / SUMMARY_DIR / NOTE, layout_note(choices).encode())

@@ -27,6 +27,12 @@ def compress(cli, *sets):
     return cli(*args)
 
 
+def compress_saved(cli, tmp_path, data, out, *sets):
+    """Save ``data`` as v.npy in tmp_path and compress it into ``out``; (code, stdout, stderr)."""
+    np.save(tmp_path / "v.npy", data)
+    return compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / out}", *sets)
+
+
 def volume(shape, dtype, seed=0):
     rng = np.random.default_rng(seed)
     base = np.cumsum(rng.integers(-3, 4, size=shape), axis=-1)  # smooth-ish, compressible
@@ -67,6 +73,8 @@ def test_folder_of_cases_and_recorded_codec(cli, tmp_path):
     assert summary["codec"]["chosen_by"] == "trial (ratio)"
     best = max(summary["codec"]["trial"], key=lambda t: (round(t["ratio"], 3), t["decompress_gbs"]))
     assert summary["codec"]["codec"] == best["codec"] and summary["codec"]["filter"] == best["filter"]
+    # bytedelta is for min_ratio only: in the policies' band it pushed LZ4HC out (3x slower patches)
+    assert {t["filter"] for t in summary["codec"]["trial"]} == {"shuffle", "bitshuffle", "nofilter"}
     for i in range(3):
         np.testing.assert_array_equal(blosc2.open(str(tmp_path / "out" / f"case_{i}.b2nd"))[...],
                                       np.load(tmp_path / "cases" / f"case_{i}.npy"))
@@ -77,14 +85,13 @@ def test_zarr_output_reads_with_stock_zarr_and_ome_zarr(cli, tmp_path):
     from ome_zarr.reader import Reader
 
     data = volume((2, 24, 50, 40), "uint16")
-    np.save(tmp_path / "vol.npy", data)
-    code, _, err = compress(cli, f"input={tmp_path / 'vol.npy'}", f"output={tmp_path / 'out.zarr'}", "format=zarr",
-                            "patch=[8,16,16]", "shards=[1,16,32,32]")
+    code, _, err = compress_saved(cli, tmp_path, data, "out.zarr", "format=zarr", "patch=[8,16,16]",
+                                  "shards=[1,16,32,32]")
     assert code == 0, err
-    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "vol" / "0"))[:], data)
-    node = list(Reader(parse_url(str(tmp_path / "out.zarr" / "vol")))())[0]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr" / "v" / "0"))[:], data)
+    node = list(Reader(parse_url(str(tmp_path / "out.zarr" / "v")))())[0]
     np.testing.assert_array_equal(np.asarray(node.data[0]), data)
-    codecs = json.loads((tmp_path / "out.zarr" / "vol" / "0" / "zarr.json").read_text())["codecs"]
+    codecs = json.loads((tmp_path / "out.zarr" / "v" / "0" / "zarr.json").read_text())["codecs"]
     inner = codecs[0]["configuration"]["codecs"]
     assert codecs[0]["name"] == "sharding_indexed" and inner[-1]["name"] == "blosc"
 
@@ -175,3 +182,84 @@ def test_open_patches_slices_like_numpy(tmp_path):
         keys.append(tuple(slice(a, a + int(rng.integers(1, 12))) for a in lo))
     for key in keys:
         np.testing.assert_array_equal(arr[key], data[key], err_msg=str(key))
+
+
+def test_min_ratio_picks_the_fastest_patch_read_at_that_ratio(cli, tmp_path):
+    """min_ratio: codec x block shape by decode GB/s / over-read among candidates of that ratio;
+    the file has the chosen codec and blocks, and patches read back equal the source."""
+    data = volume((1, 40, 64, 64), "uint16")
+    np.save(tmp_path / "v.npy", data)
+
+    def run(out, min_ratio):
+        code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / out}", "patch=[16,32,32]",
+                                f"min_ratio={min_ratio}")
+        assert code == 0, err
+        return json.loads((tmp_path / out / "zarrmill" / "compress.json").read_text())["codec"]
+
+    first = run("a", 1.01)
+    fastest = max(first["trial"], key=lambda t: t["decompress_gbs"] / t["over_read"])
+    above = [t["ratio"] for t in first["trial"] if t["ratio"] > fastest["ratio"]]
+    assert above, "no candidate compresses better than the fastest: the test cannot tell min_ratio apart"
+    floor = fastest["ratio"] + 1e-3
+    choice = run("b", floor)
+    assert len({tuple(t["blocks"]) for t in choice["trial"]}) > 1, "block shapes were not tried"
+    assert "shuffle+bytedelta" in {t["filter"] for t in choice["trial"]}
+    ok = [t for t in choice["trial"] if t["ratio"] >= floor]
+    best = max(ok, key=lambda t: (t["decompress_gbs"] / t["over_read"], t["ratio"]))
+    assert "ratio >= " in choice["chosen_by"]
+    assert (choice["codec"], choice["clevel"], choice["filter"]) == (best["codec"], best["clevel"], best["filter"])
+    plain = blosc2.open(str(tmp_path / "b" / "v.b2nd"), mode="r", mmap_mode="r")
+    assert list(plain.blocks) == best["blocks"] == choice["blocks"]
+    arr = open_patches(tmp_path / "b" / "v.b2nd")
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        o = [int(rng.integers(0, s - p + 1)) for s, p in zip(data.shape[1:], (16, 32, 32))]
+        key = (0, *(slice(a, a + p) for a, p in zip(o, (16, 32, 32))))
+        np.testing.assert_array_equal(arr[key], data[key])
+    code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'c'}", "patch=[16,32,32]",
+                            "min_ratio=90")
+    assert code == 2 and "no lossless candidate reaches min_ratio 90" in err, err
+    assert not list((tmp_path / "c").glob("*.b2nd"))
+
+
+@pytest.mark.parametrize("kind", ["b2nd", "zarr"])
+def test_read_batch_equals_numpy_patches(tmp_path, kind):
+    """read_batch: every patch equals the source's box, written into a given batch array in place."""
+    data = volume((2, 23, 31, 17), "uint16")
+    if kind == "b2nd":
+        path = tmp_path / "a.b2nd"
+        written = blosc2.asarray(data, chunks=(1, 8, 16, 16), blocks=(1, 4, 8, 8), urlpath=str(path), mode="w")
+        del written  # closed before it is opened for reading
+    else:
+        path = tmp_path / "a.zarr"
+        zarr.open_array(str(path), mode="w", shape=data.shape, chunks=(1, 8, 16, 16), dtype=data.dtype)[:] = data
+    arr = open_patches(path)
+    rng = np.random.default_rng(2)
+    size = (5, 9, 7)
+    origins = [[int(rng.integers(0, s - k + 1)) for s, k in zip(data.shape[1:], size)] for _ in range(12)]
+    out = np.full((12, 2, *size), 7, np.uint16)
+    got = arr.read_batch(origins, size, out=out)
+    assert got is out
+    for i, o in enumerate(origins):
+        np.testing.assert_array_equal(out[i], data[(slice(None), *(slice(a, a + k) for a, k in zip(o, size)))])
+    np.testing.assert_array_equal(arr.read_batch(origins[:3], size), out[:3])
+    with pytest.raises(IndexError):
+        arr.read_batch([[0, 0, 11]], size)
+    with pytest.raises(ValueError):
+        arr.read_batch(origins, size, out=np.empty((12, 2, 5, 9, 6), np.uint16))
+
+
+def test_bytedelta_filter_by_hand_and_what_zarr_refuses(cli, tmp_path):
+    data = volume((1, 20, 32, 32), "uint16")
+    code, _, err = compress_saved(cli, tmp_path, data, "a", "patch=[8,16,16]", "codec=zstd", "filter=shuffle+bytedelta")
+    assert code == 0, err
+    arr = blosc2.open(str(tmp_path / "a" / "v.b2nd"), mode="r")
+    assert list(arr.schunk.cparams.filters[:2]) == [blosc2.Filter.SHUFFLE, blosc2.Filter.BYTEDELTA]
+    np.testing.assert_array_equal(arr[...], data)
+    for sets, says in ((["format=zarr", "codec=zstd", "filter=shuffle+bytedelta"], "is for format b2nd"),
+                       (["format=zarr", "min_ratio=2"], "min_ratio needs codec auto and format b2nd"),
+                       (["codec=lz4", "min_ratio=2"], "min_ratio needs codec auto and format b2nd")):
+        code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'z.zarr'}", "patch=[8,16,16]",
+                                *sets)
+        assert code == 2 and says in err, (sets, err)
+        assert not (tmp_path / "z.zarr").exists()  # refused before anything is written

@@ -93,3 +93,26 @@ def nnunet_layout(shape: Sequence[int], itemsize: int, patch: Sequence[int],
 def bytes_touched_factor(patch: Sequence[int], block: Sequence[int]) -> float:
     """Expected decompressed bytes per patch byte for a random offset: prod((p + b - 1) / p)."""
     return math.prod((p + b - 1) / p for p, b in zip(patch, block[-len(patch):]))
+
+
+def block_options(chunk: Sequence[int], block: Sequence[int], patch: Sequence[int],
+                  itemsize: int) -> list[tuple[int, ...]]:
+    """Block shapes beside ``block`` for a trial that weighs over-read against decode speed and
+    ratio: halved once and twice along the largest spatial axis (less over-read; smaller blocks
+    compress worse) and doubled once along the axis with the most room (<= patch/2 and MAX_BLOCK).
+    Each divides ``chunk``, so chunks stay whole blocks."""
+    n = len(patch)
+    lead, space, chunk_s = tuple(block[:-n]), list(block[-n:]), list(chunk[-n:])
+    out = []
+    smaller = list(space)
+    for _ in range(2):
+        i = max(range(n), key=lambda k: (smaller[k], k))
+        if smaller[i] < 2:
+            break
+        smaller[i] //= 2
+        out.append(list(smaller))
+    room = [k for k in range(n) if space[k] * 2 <= max(1, patch[k] // 2) and chunk_s[k] % (space[k] * 2) == 0]
+    if room and math.prod(space) * 2 * itemsize <= MAX_BLOCK:
+        i = min(room, key=lambda k: (space[k] / patch[k], -k))
+        out.append([x * 2 if k == i else x for k, x in enumerate(space)])
+    return [lead + tuple(b) for b in out if all(c % x == 0 for c, x in zip(chunk_s, b))]

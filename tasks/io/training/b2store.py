@@ -21,8 +21,9 @@ SLAB_BYTES = 64 * 2**20
 def cparams(codec: str, clevel: int, filt: str, typesize: int) -> dict[str, Any]:
     import blosc2
 
+    filters = [blosc2.Filter[f.upper()] for f in filt.split("+")]  # "shuffle+bytedelta": both, in order
     return {"codec": blosc2.Codec[codec.upper()], "clevel": clevel, "typesize": typesize,
-            "filters": [blosc2.Filter[filt.upper()]], "nthreads": 1}
+            "filters": filters, "filters_meta": [0] * len(filters), "nthreads": 1}
 
 
 def slabs(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> list[tuple[slice, ...]]:
@@ -115,6 +116,29 @@ class PatchArray:
         out = np.empty(tuple(b - a for a, b in zip(start, stop)), dtype=self.dtype)
         self._slice_into(self._a, out, (start, stop))
         return out.reshape(tuple(n for n, keep in zip(out.shape, kept) if keep))
+
+    def read_batch(self, origins: Sequence[Sequence[int]], size: Sequence[int],
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """Patches of ``size`` (the last ``len(size)`` axes; leading axes whole) at each of ``origins``,
+        as one array (len(origins), ..., *size), into ``out`` if given: one call and no allocation
+        per patch, for loaders that take several patches of a case (a batch, a volume's queue)."""
+        n_lead = self.ndim - len(size)
+        shape = (len(origins), *self.shape[:n_lead], *size)
+        if out is None:
+            out = np.empty(shape, self.dtype)
+        if out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {self.dtype} array of shape {shape}")
+        for i, origin in enumerate(origins):
+            if len(origin) != len(size) or any(o < 0 or o + k > s for o, k, s in
+                                               zip(origin, size, self.shape[n_lead:])):
+                raise IndexError(f"patch {list(size)} at {list(origin)} is outside {list(self.shape)}")
+            start = (0,) * n_lead + tuple(int(o) for o in origin)
+            stop = tuple(self.shape[:n_lead]) + tuple(int(o) + int(k) for o, k in zip(origin, size))
+            if self._slice_into is not None:
+                self._slice_into(self._a, out[i], (start, stop))  # out[i]: contiguous, written in place
+            else:
+                out[i] = self._a[tuple(slice(a, b) for a, b in zip(start, stop))]
+        return out
 
     def __len__(self) -> int:
         """The length of the first axis."""
