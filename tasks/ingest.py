@@ -25,6 +25,7 @@ from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
 from .errors import ConfigError
 from .io.ngff.acquisition import Acquisition
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
     ensure_array,
@@ -136,6 +137,7 @@ def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext)
     return units
 
 
+@writes_in_flight  # a unit's PUTs overlap its encoding; all stored before it returns
 def run_unit(p: Params, unit: Unit) -> int:
     if "src" in unit:  # a pyramid level read back from the one above (below what units build in memory)
         return pyramid.run_level_unit(p.output_path(), unit)

@@ -23,6 +23,7 @@ import zarr
 from pydantic import Field
 
 from .errors import InputError, OutputExistsError
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
     Codec,
@@ -311,6 +312,7 @@ def pyramid_levels(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[
     return [meta.levels[0]] + [level for _, _, level in level_plan(p, meta, shape0)]
 
 
+@writes_in_flight  # a unit's PUTs overlap its encoding; all stored before it returns
 def run_unit(p: Params, unit: Unit) -> int:
     return run_level_unit(as_location(p.input), unit)
 

@@ -30,6 +30,8 @@ from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
 from .errors import InputError
+from .io.storage.transfer import each_node
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
@@ -230,6 +232,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         stream.add_batch(batch)
 
 
+@writes_in_flight  # a unit's PUTs overlap its encoding; all stored before it returns
 def run_unit(p: Params, unit: Unit) -> int:
     kind = unit.get("kind")
     if kind == "compose":
@@ -276,21 +279,27 @@ def finish(p: Params, ctx: PlanContext) -> None:
     finish_wells(p, *read_wells(p), ctx.guard)
 
 
-def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard) -> None:
-    """Every well image's metadata and ROI tables, the overview's, then well and plate metadata."""
+def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard,
+                 attrs: dict[str, dict] | None = None) -> None:
+    """Every well image's metadata (with zarrmill's ``attrs[well path]`` beside NGFF's) and ROI tables, the overview's,
+    then well and plate metadata."""
     pp = p.pyramid_params()
     placed: dict[str, tuple[list, dict[str, list[float]]]] = {}  # 0.6: each well image's place in its well
-    for well in wells:
+
+    def finish_image(well: Well) -> None:
         image = p.output_path() / well.path / p.image_name
         meta = well.image_meta(image, version)
         extra = {k: v for k, v in meta.attrs.items() if k != "multiscales"}
         write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
-                             name=f"{well.path} {p.image_name}", extra=extra, placed=True)
+                             name=f"{well.path} {p.image_name}", extra=extra, placed=True,
+                             own=(attrs or {}).get(well.path))
         placed[well.path] = (meta.axes, {p.image_name: list(meta.levels[0].translation or [])})
         axes = "".join(a for a in meta.axis_names if a in "zyx")
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
                          well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(as_location(p.input).resolve()),
                          guard)
+
+    each_node(p.output_path(), wells, finish_image)
     if p.overview and overview_fits(wells):
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version, placed)
@@ -300,8 +309,8 @@ def _write_wells(p: Params, plate: dict, wells: list[Well], version: str,
                  placed: dict[str, tuple[list, dict[str, list[float]]]]) -> None:
     """Well (and plate) metadata last: the new image is listed only once it is complete."""
     out = p.output_path()
-    for well in wells:
-        write_well_metadata(out / well.path, version, [p.image_name], well.acquisition, placed.get(well.path))
+    each_node(out, wells, lambda well: write_well_metadata(out / well.path, version, [p.image_name], well.acquisition,
+                                                           placed.get(well.path)))
     write_plate_metadata(out, version, [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
                          [w["path"] for w in plate["wells"]], name=plate.get("name"), field_count=1,
                          acquisitions=plate.get("acquisitions") or [{"id": 0}])

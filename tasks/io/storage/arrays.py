@@ -2,6 +2,7 @@
 Blosc codecs that stock zarr-python, ome-zarr-py and napari read, and resume-safe creation."""
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -17,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json_if_exists
+from . import uploads
 from .guard import OutputGuard
 from .location import Where, as_location, is_remote
-from .location import zarr_url
+from .location import in_bucket, zarr_url
 from .skeleton import is_array_as_made, write_array, write_group_if_absent
 
 if TYPE_CHECKING:
@@ -191,6 +193,10 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
     so one call for a whole unit would hold a second copy of the unit's pixels."""
     target = _tensorstore_of(arr)
     start = tuple(int(s) for s in start)
+    queue = uploads.current() if target is None and in_bucket(arr) else None
+    if queue is not None:
+        _queue_blocks(queue, arr, start, data)
+        return
     if target is None:
         arr[tuple(slice(s, s + n) for s, n in zip(start, data.shape))] = data
         return
@@ -207,6 +213,20 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
         in_flight += part.nbytes
     for future, _ in pending:
         future.result()
+
+
+def _queue_blocks(queue: uploads.Uploads, arr: zarr.Array, start: tuple[int, ...], data: np.ndarray) -> None:
+    """Each write block of the region as its own upload (uploads.py), a copy, so the caller's
+    array is free again at once. A block of one unsharded chunk that holds a non-zero pixel is
+    written without zarr's is-this-chunk-empty check (np.any costs a fraction of it); an empty
+    one, or a shard, goes through zarr's own sparse rules (an empty chunk is not stored)."""
+    data = np.asarray(data, dtype=arr.dtype)
+    sharded = getattr(arr, "shards", None) is not None
+    dense = arr.with_config({"write_empty_chunks": True}) if not sharded else arr
+    for piece in _write_blocks(start, data.shape, tuple(getattr(arr, "shards", None) or arr.chunks)):
+        part = np.array(data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))])
+        target = dense if arr.config.write_empty_chunks or (not sharded and np.any(part)) else arr
+        queue.submit(functools.partial(target.__setitem__, piece, part), part.nbytes)
 
 
 def read_region(arr: zarr.Array, region: tuple[slice, ...]) -> np.ndarray:

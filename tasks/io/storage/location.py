@@ -192,6 +192,7 @@ def reset_clients() -> None:
     if "s3fs" in sys.modules:
         sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
     _STORES.clear()
+    _CLIENTS.clear()
 
 
 def check_endpoint_environment() -> None:
@@ -264,6 +265,13 @@ def zarr_url(path: Where) -> str | StorePath:
     return zarr.storage.StorePath(PrefixedStore(store, prefix), "")
 
 
+def in_bucket(arr: object) -> bool:
+    """An array zarr_url opened in a bucket (its store is the node-rooted one made above)."""
+    from .prefixed_store import PrefixedStore
+
+    return isinstance(getattr(arr, "store", None), PrefixedStore)
+
+
 def _zip_store_path(archive: Path, inner: str) -> StorePath:
     """A node inside an ``.ozx``: zarr-python's ``ZipStore`` over the archive, read only (one per
     archive and process, opened again when the archive was rewritten)."""
@@ -295,11 +303,22 @@ def _zarr_store(scheme: str, bucket: str) -> Store:
                 os.environ.get("AWS_ACCESS_KEY_ID", ""), os.environ.get("AWS_MAX_ATTEMPTS", ""))
     key = (bucket, *settings)
     if key not in _STORES:
-        _STORES[key] = zarr.storage.ObjectStore(_s3_store(bucket, *settings[:4]))
+        _CLIENTS[key] = _s3_store(bucket, *settings[:4])
+        _STORES[key] = zarr.storage.ObjectStore(_CLIENTS[key])
     return _STORES[key]
 
 
 _STORES: dict[tuple[str | bool, ...], Store] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
+_CLIENTS: dict[tuple[str | bool, ...], S3Store] = {}  # the obstore client inside each (our own reference)
+
+
+def s3_client(path: Location) -> tuple[S3Store, str]:
+    """The obstore client of ``path``'s bucket (the one zarr's store of that bucket uses: its
+    connections are reused) and the key of ``path`` inside the bucket."""
+    scheme, rest = str(path).split("://", 1)
+    bucket, _, key = rest.partition("/")
+    store = _zarr_store(scheme, bucket)
+    return next(client for k, client in _CLIENTS.items() if _STORES[k] is store), key.strip("/")
 
 
 def _s3_store(bucket: str, endpoint: str, region: str, profile: str, anonymous: bool) -> S3Store:
