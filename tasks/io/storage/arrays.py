@@ -216,7 +216,7 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray) -> Non
 
 
 def _queue_blocks(queue: uploads.Uploads, arr: zarr.Array, start: tuple[int, ...], data: np.ndarray) -> None:
-    """Each write block of the region as its own upload (uploads.py), a copy, so the caller's
+    """Each write block of the region as its own upload (uploads.py), of a copy, so the caller's
     array is free again at once. A block of one unsharded chunk that holds a non-zero pixel is
     written without zarr's is-this-chunk-empty check (np.any costs a fraction of it); an empty
     one, or a shard, goes through zarr's own sparse rules (an empty chunk is not stored)."""
@@ -224,9 +224,12 @@ def _queue_blocks(queue: uploads.Uploads, arr: zarr.Array, start: tuple[int, ...
     sharded = getattr(arr, "shards", None) is not None
     dense = arr.with_config({"write_empty_chunks": True}) if not sharded else arr
     for piece in _write_blocks(start, data.shape, tuple(getattr(arr, "shards", None) or arr.chunks)):
-        part = np.array(data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))])
+        part = data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))]
         target = dense if arr.config.write_empty_chunks or (not sharded and np.any(part)) else arr
-        queue.submit(functools.partial(target.__setitem__, piece, part), part.nbytes)
+        if part.nbytes > queue.limit // 2:
+            target[piece] = part  # a large shard: sent in parts by zarr's store, a copy would double it
+        else:  # a copy: the caller may reuse its array (a plane buffer) once this returns
+            queue.submit(functools.partial(target.__setitem__, piece, np.array(part)), part.nbytes)
 
 
 def read_region(arr: zarr.Array, region: tuple[slice, ...]) -> np.ndarray:

@@ -4,7 +4,8 @@ Against a server each write block is an encode and a PUT, a round trip the unit 
 wait for before it composes or downsamples the next piece. Inside ``writes_in_flight`` (put on a
 task's ``run_unit``) ``write_region`` hands each block of an array in a bucket to a few upload
 threads and returns; the unit's memory grows by at most ``IN_FLIGHT_BYTES`` of block copies, and
-the unit waits when that much is on its way.
+the unit waits when that much is on its way (a block of more than half of it is written by the unit
+itself, uncopied, while the queued ones go on).
 
 The unit is done only once every one of its writes is: the decorator waits for all of them before
 ``run_unit`` returns, and the first failed write fails the unit (a unit reported done has all of
@@ -20,9 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Callable, ParamSpec, TypeVar
 
-# bytes of block copies on their way per unit: 2 units x 32 MiB at most, and enough for a few
-# large shards or dozens of plane chunks to be sent while the next ones are encoded
-IN_FLIGHT_BYTES = 32 * 2**20
+# bytes of block copies on their way per unit: ~24 plane chunks of 0.7 MB, enough to keep the
+# upload threads busy while the next ones are made; a larger block is written where it is (no copy)
+IN_FLIGHT_BYTES = 16 * 2**20
 THREADS = 8  # uploads of the whole process at once (zarr's event loop does the requests)
 
 P = ParamSpec("P")
