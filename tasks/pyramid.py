@@ -302,7 +302,7 @@ def write_levels_from(data: np.ndarray, start: list[int], image_root: Path, leve
         factors = tuple(level["factors"])
         data = downsample(data, factors, level["method"])
         start = [a // f for a, f in zip(start, factors)]  # a multiple of f: regions are planned so
-        write_region(open_for_write(image_root / level["path"], sparse=sparse), start, data)
+        write_region(open_for_write(image_root / level["path"], sparse=sparse), start, data, handed_over=True)
         nbytes += data.nbytes
     return nbytes
 
@@ -332,7 +332,7 @@ def run_level_unit(base: Path, unit: Unit) -> int:
         if part.dtype != dst.dtype:
             raise InputError(f"{root}: level {unit['dst']} would be {part.dtype}, level 0 is {dst.dtype}")
         out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part
-    write_region(dst, [a for a, _ in region], out)
+    write_region(dst, [a for a, _ in region], out, handed_over=True)
     return out.nbytes
 
 

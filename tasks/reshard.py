@@ -252,13 +252,19 @@ def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
     dst = open_for_write(dst_path, sparse=True)
     region = [tuple(r) for r in unit["region"]]
     n_lead = dst.ndim - len(unit["fovs"][0]["size"]) if unit["fovs"] else dst.ndim - 2
-    lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
     fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit["fovs"]]
-    data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
-                   lambda fov, spatial: read(fov, lead_sl, spatial))
-    write_region(dst, [a for a, _ in region], data)
+    start = [a for a, _ in region]
+    data = np.empty(tuple(b - a for a, b in region), dst.dtype)
+    # one index of the first lead axis (a channel) at a time, each written once composed: in a
+    # bucket its uploads run while the next is composed (uploads.py)
+    for k in range(data.shape[0] if n_lead else 1):
+        lead_sl = tuple(slice(a + k, a + k + 1) if i == 0 else slice(a, b) for i, (a, b) in enumerate(region[:n_lead]))
+        part = data[k:k + 1] if n_lead else data
+        part[...] = compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
+                            lambda fov, spatial: read(fov, lead_sl, spatial))
+        write_region(dst, [start[0] + k] + start[1:] if n_lead else start, part, handed_over=True)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
-    return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in region], dst_path.parent,
+    return data.nbytes + pyramid.write_levels_from(data, start, dst_path.parent,
                                                    unit.get("levels", []), sparse=True)
 
 
