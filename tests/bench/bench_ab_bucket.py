@@ -9,6 +9,8 @@ unpacked) whose ``tasks/`` is imported as zarrmill for the before runs; the afte
 clone's. Each run: ``ingest layout: well`` into a fresh prefix and onto disk (wall time, peak RSS of
 the process tree, objects, MB, requests by kind), then the PUT floor of the same object sizes
 (bench_object_store.floor); the ratio is (disk + PUT floor) / bucket, the issue's measure. The
+server's CPU seconds during the bucket run and during the floor are printed too: on a machine
+others load, wall times swing by 40 % while what the server had to do for each stays put. The
 order alternates (before, after), (after, before), ... so neither side always runs first."""
 from __future__ import annotations
 
@@ -37,6 +39,14 @@ def shim(checkout: Path, work: Path, name: str) -> str:
     return str(folder)
 
 
+def server_cpu(server: S3Server) -> float:
+    """CPU seconds moto's process has used so far."""
+    import psutil
+
+    times = psutil.Process(server.process.pid).cpu_times()
+    return times.user + times.system
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", type=Path, required=True, help="a checkout of the code to compare against")
@@ -61,21 +71,26 @@ def main() -> None:
             for side in (("before", "after") if pair % 2 == 0 else ("after", "before")):
                 os.environ["PYTHONPATH"] = sides[side]
                 bucket = server.make_bucket(f"ab-{pair}-{side}")
-                offset = log.stat().st_size
+                offset, cpu0 = log.stat().st_size, server_cpu(server)
                 s3 = run_measured(zarrmill("task", "ingest", "--set", f"input={raw}", "--set",
                                            f"output=s3://{bucket}/well.ome.zarr", "--set", "layout=well"))
                 kinds, _ = requests_since(log, offset)
+                cpu_s3 = server_cpu(server) - cpu0
                 disk = run_measured(zarrmill("task", "ingest", "--set", f"input={raw}", "--set",
                                              f"output={work / f'{bucket}.ome.zarr'}", "--set", "layout=well"))
                 sizes = object_sizes(server, f"{bucket}/well.ome.zarr")
+                cpu0 = server_cpu(server)
                 t_floor = floor(server, bucket, sizes)
+                cpu_floor = server_cpu(server) - cpu0
                 ratio = (disk.seconds + t_floor) / s3.seconds
                 ratios[side].append(ratio)
                 rows.append((pair, side, f"{s3.seconds:.2f}", f"{disk.seconds:.2f}", f"{t_floor:.2f}", f"{ratio:.2f}",
-                             f"{s3.peak_mb:.0f}", f"{disk.peak_mb:.0f}", len(sizes), f"{sum(sizes) / 1e6:.1f}",
+                             f"{cpu_s3:.2f}", f"{cpu_floor:.2f}", f"{s3.peak_mb:.0f}", f"{disk.peak_mb:.0f}",
+                             len(sizes), f"{sum(sizes) / 1e6:.1f}",
                              " ".join(f"{k}:{v}" for k, v in sorted(kinds.items()))))
         print(table(rows, ("pair", "code", "bucket s", "disk s", "PUT floor s", "(disk + floor)/bucket",
-                           "bucket peak MB", "disk peak MB", "objects", "MB", "requests by kind")))
+                           "server CPU s: bucket", "floor", "bucket peak MB", "disk peak MB", "objects", "MB",
+                           "requests by kind")))
         for side, values in ratios.items():
             print(f"{side}: (disk + PUT floor) / bucket median {statistics.median(values):.2f}, "
                   f"range {min(values):.2f}-{max(values):.2f} over {len(values)} runs")
