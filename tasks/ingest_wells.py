@@ -166,7 +166,8 @@ def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
     rp = reshard_params(p)
     planes_of = {field_path(row, col, fld, part): planes
                  for part in acq.parts() for (row, col, fld), planes in part.fields().items()}
-    attrs: dict[str, dict] = {}  # provenance, in each well image's metadata (written before the well and plate list it)
+    # provenance, in each well image's metadata (written before the well and plate list it)
+    attrs: dict[str, dict] = {}
     for well in wells:
         info = []
         for fov in well.fovs:

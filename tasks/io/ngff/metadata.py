@@ -256,8 +256,9 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
                          own: dict[str, Any] | None = None) -> None:
     """Write multiscales (and omero) on the image group; other NGFF keys in ``extra`` (e.g.
     ``labels``) go beside them (inside ``ome`` for 0.5 and 0.6); ``own`` keys (zarrmill's, not
-    NGFF's) at the top of the attributes. One write of the group's attributes. ``placed``: in 0.6, level 0's translation is the image's place in its well and goes
-    into the well's scene (ngff06.py), not into the image."""
+    NGFF's) at the top of the attributes. One write of the group's attributes. ``placed``: in 0.6,
+    level 0's translation is the image's place in its well and goes into the well's scene
+    (ngff06.py), not into the image."""
     if not levels:
         raise ValueError(f"{path}: an image needs at least one level")
     ndim = len(axes)
