@@ -260,8 +260,8 @@ def paint(unit: Unit, dst_path: Path, policy: str, read: FovReader) -> int:
     for k in range(data.shape[0] if n_lead else 1):
         lead_sl = tuple(slice(a + k, a + k + 1) if i == 0 else slice(a, b) for i, (a, b) in enumerate(region[:n_lead]))
         part = data[k:k + 1] if n_lead else data
-        part[...] = compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
-                            lambda fov, spatial: read(fov, lead_sl, spatial))
+        compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
+                lambda fov, spatial: read(fov, lead_sl, spatial), out=part)
         write_region(dst, [start[0] + k] + start[1:] if n_lead else start, part, handed_over=True)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
     return data.nbytes + pyramid.write_levels_from(data, start, dst_path.parent,
