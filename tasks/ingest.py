@@ -25,6 +25,7 @@ from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
 from .errors import ConfigError
 from .io.ngff.acquisition import Acquisition
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
     ensure_array,
@@ -136,6 +137,7 @@ def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext)
     return units
 
 
+@writes_in_flight  # a unit's PUTs overlap its encoding; all stored before it returns
 def run_unit(p: Params, unit: IngestUnit) -> int:
     match unit:
         case ComposeUnit() | OverviewUnit():  # layout well: well images, their pyramid, the overview

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import zarr
 
 from . import reshard
 from .ingest_params import Params
@@ -31,13 +30,12 @@ from .io.ngff.hcs import (
     well_origins,
     windows_from_samples,
 )
-from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, make_axes
+from .io.ngff.metadata import ImageMeta, make_axes
 from .io.ngff.placement import Fov
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.storage.guard import OutputGuard
 from .runtime.core.contract import PlanContext
 from .runtime.core.unit_stream import UnitStream
-from .io.storage.location import zarr_url
 from .well_units import ComposeUnit
 
 
@@ -168,7 +166,9 @@ def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
     rp = reshard_params(p)
     planes_of = {field_path(row, col, fld, part): planes
                  for part in acq.parts() for (row, col, fld), planes in part.fields().items()}
-    for well in wells:  # provenance first: the well and plate metadata finish_wells writes come last
+    # provenance, in each well image's metadata (written before the well and plate list it)
+    attrs: dict[str, dict] = {}
+    for well in wells:
         info = []
         for fov in well.fovs:
             planes = planes_of[fov.path]
@@ -178,10 +178,8 @@ def finish(p: Params, acq: Acquisition, guard: OutputGuard) -> None:
                          "stage_position_um": {"x": first.x_um, "y": first.y_um, "z": first.z_um},
                          "acquired": first.time,
                          "missing_planes": [Path(path).name for path in planes.table.paths(absent)]})
-        group = zarr.open_group(zarr_url(rp.output_path() / well.path / rp.image_name), mode="a",
-                                zarr_format=NGFF_FORMATS[version])
-        group.attrs["zarrmill"] = {"source": acq.source, "fields": info}
-    reshard.finish_wells(rp, plate, wells, version, guard)
+        attrs[well.path] = {"zarrmill": {"source": acq.source, "fields": info}}
+    reshard.finish_wells(rp, plate, wells, version, guard, attrs)
 
 
 def source_windows(acq: Acquisition, present: np.ndarray) -> list[tuple[float, float, float, float]]:

@@ -24,6 +24,7 @@ import zarr
 from pydantic import Field
 
 from .errors import InputError, OutputExistsError
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
     Codec,
@@ -72,6 +73,7 @@ class LevelUnit(PlacedUnit):
     region: Region
     sparse: bool = False
 
+    @writes_in_flight  # its PUTs overlap its encoding; all stored before it returns (uploads.py)
     def run(self) -> int:
         return run_level_unit(as_location(self.base), self)
 
@@ -324,7 +326,7 @@ def write_levels_from(data: np.ndarray, start: list[int], image_root: Path, leve
         factors = tuple(level["factors"])
         data = downsample(data, factors, level["method"])
         start = [a // f for a, f in zip(start, factors)]  # a multiple of f: regions are planned so
-        write_region(open_for_write(image_root / level["path"], sparse=sparse), start, data)
+        write_region(open_for_write(image_root / level["path"], sparse=sparse), start, data, handed_over=True)
         nbytes += data.nbytes
     return nbytes
 
@@ -353,7 +355,7 @@ def run_level_unit(base: Path, unit: LevelUnit) -> int:
         if part.dtype != dst.dtype:
             raise InputError(f"{root}: level {unit.dst} would be {part.dtype}, level 0 is {dst.dtype}")
         out[tuple(slice(a - r0, b - r0) for (a, b), (r0, _) in zip(slab, region))] = part
-    write_region(dst, [a for a, _ in region], out)
+    write_region(dst, [a for a, _ in region], out, handed_over=True)
     return out.nbytes
 
 

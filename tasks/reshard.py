@@ -30,6 +30,8 @@ from pydantic import AfterValidator, Field, model_validator
 
 from . import pyramid
 from .errors import InputError
+from .io.storage.transfer import each_node
+from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
@@ -234,6 +236,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         stream.add_batch(batch)
 
 
+@writes_in_flight  # a unit's PUTs overlap its encoding; all stored before it returns
 def run_unit(p: Params, unit: ReshardUnit) -> int:
     match unit:
         case ComposeUnit():
@@ -252,13 +255,19 @@ def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: F
     dst = open_for_write(dst_path, sparse=True)
     region = [(a, b) for a, b in unit.region]
     n_lead = dst.ndim - len(unit.fovs[0]["size"]) if unit.fovs else dst.ndim - 2
-    lead_sl = tuple(slice(a, b) for a, b in region[:n_lead])
     fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit.fovs]
-    data = compose(region[n_lead:], fovs, policy, dst.dtype, tuple(b - a for a, b in region[:n_lead]),
-                   lambda fov, spatial: read(fov, lead_sl, spatial))
-    write_region(dst, [a for a, _ in region], data)
+    start = [a for a, _ in region]
+    data = np.empty(tuple(b - a for a, b in region), dst.dtype)
+    # one index of the first lead axis (a channel) at a time, each written once composed: in a
+    # bucket its uploads run while the next is composed (uploads.py)
+    for k in range(data.shape[0] if n_lead else 1):
+        lead_sl = tuple(slice(a + k, a + k + 1) if i == 0 else slice(a, b) for i, (a, b) in enumerate(region[:n_lead]))
+        part = data[k:k + 1] if n_lead else data
+        compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
+                lambda fov, spatial: read(fov, lead_sl, spatial), out=part)
+        write_region(dst, [start[0] + k] + start[1:] if n_lead else start, part, handed_over=True)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
-    return data.nbytes + pyramid.write_levels_from(data, [a for a, _ in region], dst_path.parent,
+    return data.nbytes + pyramid.write_levels_from(data, start, dst_path.parent,
                                                    unit.levels if isinstance(unit, ComposeUnit) else [], sparse=True)
 
 
@@ -279,21 +288,27 @@ def finish(p: Params, ctx: PlanContext) -> None:
     finish_wells(p, *read_wells(p), ctx.guard)
 
 
-def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard) -> None:
-    """Every well image's metadata and ROI tables, the overview's, then well and plate metadata."""
+def finish_wells(p: Params, plate: dict, wells: list[Well], version: str, guard: OutputGuard,
+                 attrs: dict[str, dict] | None = None) -> None:
+    """Every well image's metadata (with zarrmill's ``attrs[well path]`` beside NGFF's) and ROI tables, the overview's,
+    then well and plate metadata."""
     pp = p.pyramid_params()
     placed: dict[str, tuple[list, dict[str, list[float]]]] = {}  # 0.6: each well image's place in its well
-    for well in wells:
+
+    def finish_image(well: Well) -> None:
         image = p.output_path() / well.path / p.image_name
         meta = well.image_meta(image, version)
         extra = {k: v for k, v in meta.attrs.items() if k != "multiscales"}
         write_image_metadata(image, version, meta.axes, pyramid.pyramid_levels(pp, meta, well.shape),
-                             name=f"{well.path} {p.image_name}", extra=extra, placed=True)
+                             name=f"{well.path} {p.image_name}", extra=extra, placed=True,
+                             own=(attrs or {}).get(well.path))
         placed[well.path] = (meta.axes, {p.image_name: list(meta.levels[0].translation or [])})
         axes = "".join(a for a in meta.axis_names if a in "zyx")
         write_roi_tables(image, table_rows(well.fovs, well.scale, well.origin, axes),
                          well_row(well.shape[len(well.lead_shape):], well.scale, axes), str(as_location(p.input).resolve()),
                          guard)
+
+    each_node(p.output_path(), wells, finish_image)
     if p.overview and overview_fits(wells):
         _finish_overview(p, plate, wells, version)
     _write_wells(p, plate, wells, version, placed)
@@ -303,8 +318,8 @@ def _write_wells(p: Params, plate: dict, wells: list[Well], version: str,
                  placed: dict[str, tuple[list, dict[str, list[float]]]]) -> None:
     """Well (and plate) metadata last: the new image is listed only once it is complete."""
     out = p.output_path()
-    for well in wells:
-        write_well_metadata(out / well.path, version, [p.image_name], well.acquisition, placed.get(well.path))
+    each_node(out, wells, lambda well: write_well_metadata(out / well.path, version, [p.image_name], well.acquisition,
+                                                           placed.get(well.path)))
     write_plate_metadata(out, version, [r["name"] for r in plate["rows"]], [c["name"] for c in plate["columns"]],
                          [w["path"] for w in plate["wells"]], name=plate.get("name"), field_count=1,
                          acquisitions=plate.get("acquisitions") or [{"id": 0}])

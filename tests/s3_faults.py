@@ -7,15 +7,22 @@ requests unchanged (the Host header too, so request signatures still match).
 the S3 servers a facility runs answer it: "aws" (412 PreconditionFailed with a Condition element),
 "minio" (412 without one), "ceph" (412, Ceph RGW's message, no Condition), "conflict" (409
 ConditionalRequestConflict, AWS's answer to a concurrent conditional write); None passes the
-server's own answer through."""
+server's own answer through.
+
+``put_delay``: seconds each PUT waits before it is forwarded (uploads still in flight when a unit
+returns would be missed); ``refuse_puts``: PUTs whose path holds this text are answered 403
+AccessDenied (never retried), a write that fails."""
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")
+ACCESS_DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+                 b"<Message>Access Denied</Message></Error>")
 
 
 CONDITION_ANSWERS = {
@@ -34,9 +41,10 @@ CONDITION_ANSWERS = {
 
 
 class FaultyProxy:
-    def __init__(self, upstream_port: int, port: int, throttle_every: int = 0, conditions: str | None = None):
+    def __init__(self, upstream_port: int, port: int, throttle_every: int = 0, conditions: str | None = None,
+                 put_delay: float = 0.0, refuse_puts: str | None = None):
         self.upstream_port, self.port, self.throttle_every = upstream_port, port, throttle_every
-        self.conditions = conditions
+        self.conditions, self.put_delay, self.refuse_puts = conditions, put_delay, refuse_puts
         self.puts = self.throttled = self.conditions_refused = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -63,20 +71,26 @@ class FaultyProxy:
                 proxy._open.discard(self.connection)
                 super().finish()
 
+            def _error(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _forward(self) -> None:
                 body = self._body()
+                if self.command == "PUT" and proxy.put_delay:
+                    time.sleep(proxy.put_delay)
+                if self.command == "PUT" and proxy.refuse_puts and proxy.refuse_puts in self.path:
+                    return self._error(403, ACCESS_DENIED)
                 if self.command == "PUT" and proxy.throttle_every:
                     with proxy._lock:
                         proxy.puts += 1
                         refuse = proxy.puts % proxy.throttle_every == 0
                         proxy.throttled += refuse
                     if refuse:
-                        self.send_response(503)
-                        self.send_header("Content-Type", "application/xml")
-                        self.send_header("Content-Length", str(len(SLOW_DOWN)))
-                        self.end_headers()
-                        self.wfile.write(SLOW_DOWN)
-                        return
+                        return self._error(503, SLOW_DOWN)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "expect")}
                 if body is not None:
                     headers["Content-Length"] = str(len(body))
@@ -89,11 +103,7 @@ class FaultyProxy:
                     status, data = CONDITION_ANSWERS[proxy.conditions]
                     with proxy._lock:
                         proxy.conditions_refused += 1
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._error(status, data)
                     conn.close()
                     return
                 self.send_response(answer.status)

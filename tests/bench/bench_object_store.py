@@ -33,16 +33,20 @@ from measure import run_measured, table, zarrmill
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from s3_server import S3Server  # noqa: E402
 
-REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (\S+)')
+REQUEST = re.compile(r'"(GET|PUT|POST|DELETE|HEAD) (\S+)[^"]*" (\d{3})')
 
 
 def requests_since(log: Path, offset: int) -> tuple[dict[str, int], int]:
+    """Requests the server logged since ``offset``, by kind; refused or missing (4xx) counted apart
+    as ``4xx`` (a GET of a key that is not there is a request too)."""
     text = log.read_bytes()[offset:].decode(errors="replace")
     kinds: dict[str, int] = {}
-    for method, path in REQUEST.findall(text):
+    for method, path, status in REQUEST.findall(text):
         kind = method + (" list" if method == "GET" and ("list-type" in path or path.rstrip("/").count("/") <= 1
                                                           and "?" in path) else "")
         kinds[kind] = kinds.get(kind, 0) + 1
+        if status.startswith("4"):
+            kinds["4xx"] = kinds.get("4xx", 0) + 1
     return kinds, log.stat().st_size
 
 

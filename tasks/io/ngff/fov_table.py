@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from ..storage.atomic import read_json_if_exists
 from ..storage.guard import OutputGuard
 from ..storage.location import as_location, zarr_url
 from ..storage.transfer import write_files
@@ -67,15 +68,18 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
                      guard: OutputGuard) -> None:
     """Both tables, replacing earlier versions (a rerun writes the same content) through the output
     guard: a table zarrmill did not write is never replaced."""
-    group = zarr.open_group(zarr_url(image), mode="a")
-    disk = group.require_group("tables")
-    names = sorted(set(disk.attrs.get("tables", [])) | {TABLE, WELL_TABLE})
+    zarr_format = zarr.open_group(zarr_url(image), mode="r").metadata.zarr_format
+    # the tables group is written with the tables (its zarr.json among their files), not before
+    meta = read_json_if_exists(as_location(image) / "tables" / ("zarr.json" if zarr_format == 3 else ".zattrs"))
+    old = (meta.get("attributes", {}) if zarr_format == 3 else meta) if meta is not None else None
+    disk = zarr.open_group(zarr_url(as_location(image) / "tables"), mode="r") if old is not None else None
+    names = sorted(set((old or {}).get("tables", [])) | {TABLE, WELL_TABLE})
     files: dict[str, Any] = {}
-    memory = zarr.open_group(zarr.storage.MemoryStore(files), mode="w", zarr_format=group.metadata.zarr_format,
+    memory = zarr.open_group(zarr.storage.MemoryStore(files), mode="w", zarr_format=zarr_format,
                              attributes={"tables": names})
     for name, rows in ((TABLE, fov_rows), (WELL_TABLE, [well])):
         write_anndata(memory, name, rows, {**ROI_ATTRS, "zarrmill_source_plate": source})
-        if name in disk:
+        if disk is not None and name in disk:
             guard.remove(as_location(image) / "tables" / name, " (an ROI table of the same name)")
     write_files(as_location(image) / "tables", {key: buffer.to_bytes() for key, buffer in files.items()})
 

@@ -252,11 +252,13 @@ def _clean(values: list[float]) -> list[float]:
 
 
 def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], levels: list[Level],
-                         name: str | None = None, extra: dict[str, Any] | None = None, placed: bool = False) -> None:
+                         name: str | None = None, extra: dict[str, Any] | None = None, placed: bool = False,
+                         own: dict[str, Any] | None = None) -> None:
     """Write multiscales (and omero) on the image group; other NGFF keys in ``extra`` (e.g.
-    ``labels``) go beside them (inside ``ome`` for 0.5 and 0.6). One write of the group's
-    attributes. ``placed``: in 0.6, level 0's translation is the image's place in its well and goes
-    into the well's scene (ngff06.py), not into the image."""
+    ``labels``) go beside them (inside ``ome`` for 0.5 and 0.6); ``own`` keys (zarrmill's, not
+    NGFF's) at the top of the attributes. One write of the group's attributes. ``placed``: in 0.6,
+    level 0's translation is the image's place in its well and goes into the well's scene
+    (ngff06.py), not into the image."""
     if not levels:
         raise ValueError(f"{path}: an image needs at least one level")
     ndim = len(axes)
@@ -278,7 +280,8 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
         multiscale = ngff06.multiscale(axes, levels, name or "/", placed)
     values["multiscales"] = [multiscale]
     values.update(extra)
-    update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values)
+    update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values,
+                      own)
 
 
 def write_well_metadata(path: Path, version: str, images: list[str], acquisition: int = 0,
@@ -328,13 +331,14 @@ def write_plate_metadata(path: Path, version: str, rows: list[str], columns: lis
         group.attrs["ome"] = {"version": ngff06.written(version), "plate": plate}
 
 
-def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any]) -> None:
+def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any],
+                      own: dict[str, Any] | None = None) -> None:
     if version == "0.4":
-        group.attrs.update(values)
+        group.attrs.update({**values, **(own or {})})
     else:
         ome = dict(group.attrs.get("ome", {}))
         ome.update(values)
-        group.attrs["ome"] = ome
+        group.attrs.update({"ome": ome, **(own or {})})  # one write, as before
 
 
 def plate_images(root: Path) -> list[str] | None:

@@ -94,8 +94,10 @@ def is_regular_grid(fovs: list[Fov]) -> bool:
 
 
 def compose(region: list[tuple[int, int]], fovs: list[Fov], policy: Policy, dtype: np.dtype,
-            lead_shape: tuple[int, ...], read: Callable[[Fov, tuple[slice, ...]], np.ndarray]) -> np.ndarray:
-    """Pixels of one canvas region (spatial axes) for every leading (t, c) index.
+            lead_shape: tuple[int, ...], read: Callable[[Fov, tuple[slice, ...]], np.ndarray],
+            out: np.ndarray | None = None) -> np.ndarray:
+    """Pixels of one canvas region (spatial axes) for every leading (t, c) index, in ``out`` when
+    given (a part of the caller's array: no second copy of the pixels).
 
     ``read(fov, spatial_slices)`` returns the FOV's pixels (lead axes first) in its own coordinates."""
     shape = lead_shape + tuple(b - a for a, b in region)
@@ -109,8 +111,10 @@ def compose(region: list[tuple[int, int]], fovs: list[Fov], policy: Policy, dtyp
     if policy == "mean":
         acc = np.zeros(shape, dtype=np.float64)
         count = np.zeros(shape[len(lead_shape):], dtype=np.int32)
-    else:
+    elif out is None:
         out = np.zeros(shape, dtype=dtype)
+    else:
+        out[...] = 0
     order = reversed(hits) if policy == "first" else hits
     for f, lo, hi in order:
         src = tuple(slice(l - p, h - p) for l, h, p in zip(lo, hi, f.pixel))
@@ -122,5 +126,9 @@ def compose(region: list[tuple[int, int]], fovs: list[Fov], policy: Policy, dtyp
         else:
             out[lead + dst] = data
     if policy == "mean":
-        return cast_like(np.divide(acc, np.maximum(count, 1)), dtype)
+        mean = cast_like(np.divide(acc, np.maximum(count, 1)), dtype)
+        if out is not None:
+            out[...] = mean
+            return out
+        return mean
     return out

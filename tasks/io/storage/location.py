@@ -192,6 +192,7 @@ def reset_clients() -> None:
     if "s3fs" in sys.modules:
         sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
     _STORES.clear()
+    _CLIENTS.clear()
 
 
 def check_endpoint_environment() -> None:
@@ -261,7 +262,14 @@ def zarr_url(path: Where) -> str | StorePath:
     from .prefixed_store import PrefixedStore
 
     # rooted at the node, as on disk: zarr creates no parent above it (prefixed_store.py)
-    return zarr.storage.StorePath(PrefixedStore(store, prefix), "")
+    return zarr.storage.StorePath(PrefixedStore(store, prefix, _CLIENTS[_client_key(bucket)]), "")
+
+
+def in_bucket(arr: object) -> bool:
+    """An array zarr_url opened in a bucket (its store is the node-rooted one made above)."""
+    from .prefixed_store import PrefixedStore
+
+    return isinstance(getattr(arr, "store", None), PrefixedStore)
 
 
 def _zip_store_path(archive: Path, inner: str) -> StorePath:
@@ -289,17 +297,31 @@ def _zarr_store(scheme: str, bucket: str) -> Store:
 
         return zarr.storage.ObjectStore(HTTPStore.from_url(
             f"{scheme}://{bucket}", client_options={"allow_http": True} if scheme == "http" else None))
-    settings = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
-                os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
-                os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true",
-                os.environ.get("AWS_ACCESS_KEY_ID", ""), os.environ.get("AWS_MAX_ATTEMPTS", ""))
-    key = (bucket, *settings)
+    key = _client_key(bucket)
     if key not in _STORES:
-        _STORES[key] = zarr.storage.ObjectStore(_s3_store(bucket, *settings[:4]))
+        _CLIENTS[key] = _s3_store(bucket, *key[1:5])
+        _STORES[key] = zarr.storage.ObjectStore(_CLIENTS[key])
     return _STORES[key]
 
 
+def _client_key(bucket: str) -> tuple[str | bool, ...]:
+    """(bucket, endpoint, region, profile, anonymous, access key, attempts): a client per each."""
+    return (bucket, os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "",
+            os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "",
+            os.environ.get("AWS_PROFILE") or "", os.environ.get("FSSPEC_S3_ANON", "") == "true",
+            os.environ.get("AWS_ACCESS_KEY_ID", ""), os.environ.get("AWS_MAX_ATTEMPTS", ""))
+
+
 _STORES: dict[tuple[str | bool, ...], Store] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
+_CLIENTS: dict[tuple[str | bool, ...], S3Store] = {}  # the obstore client inside each (our own reference)
+
+
+def s3_client(path: Location) -> tuple[S3Store, str]:
+    """The obstore client of ``path``'s bucket (the one zarr's store of that bucket uses: its
+    connections are reused) and the key of ``path`` inside the bucket."""
+    bucket, _, key = str(path).split("://", 1)[1].partition("/")
+    _zarr_store("s3", bucket)
+    return _CLIENTS[_client_key(bucket)], key.strip("/")
 
 
 def _s3_store(bucket: str, endpoint: str, region: str, profile: str, anonymous: bool) -> S3Store:

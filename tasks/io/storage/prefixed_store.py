@@ -14,14 +14,22 @@ from typing import TYPE_CHECKING, AsyncGenerator, AsyncIterator, Iterable
 from zarr.storage import WrapperStore
 
 if TYPE_CHECKING:
+    from obstore.store import ObjectStore as ObjectStoreClient
     from zarr.abc.store import ByteRequest, Store
     from zarr.abc.buffer import Buffer, BufferPrototype  # the public ABCs (zarr.core is internal)
 
 
+# One PUT per object below this (a multipart upload costs two more requests and one per part,
+# 5 MB parts by default: 6 requests for a 15 MB shard); above it, parts of PART_BYTES sent together.
+SINGLE_PUT_BYTES = 32 * 2**20
+PART_BYTES = 16 * 2**20
+
+
 class PrefixedStore(WrapperStore):
-    def __init__(self, store: Store, prefix: str):
+    def __init__(self, store: Store, prefix: str, client: ObjectStoreClient | None = None):
         super().__init__(store)
         self.prefix = prefix.strip("/")
+        self.client = client  # obstore's client inside ``store`` (location.py keeps it): writes choose their parts
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix and key else (self.prefix or key)
@@ -30,7 +38,7 @@ class PrefixedStore(WrapperStore):
         return key[len(self.prefix) + 1:] if self.prefix else key
 
     def with_read_only(self, read_only: bool = False) -> "PrefixedStore":
-        return PrefixedStore(self._store.with_read_only(read_only), self.prefix)
+        return PrefixedStore(self._store.with_read_only(read_only), self.prefix, self.client)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PrefixedStore) and other.prefix == self.prefix and other._store == self._store
@@ -52,7 +60,15 @@ class PrefixedStore(WrapperStore):
         return await self._store.exists(self._key(key))
 
     async def set(self, key: str, value: Buffer) -> None:
-        await self._store.set(self._key(key), value)
+        if self.client is None:
+            await self._store.set(self._key(key), value)
+            return
+        import obstore
+
+        if self.read_only:
+            raise ValueError("store was opened in read-only mode and does not support writing")
+        await obstore.put_async(self.client, self._key(key), value.as_buffer_like(),
+                                use_multipart=len(value) >= SINGLE_PUT_BYTES, chunk_size=PART_BYTES)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         await self._store.set_if_not_exists(self._key(key), value)

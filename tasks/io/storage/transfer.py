@@ -4,12 +4,16 @@ of a file to memory-map."""
 from __future__ import annotations
 
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from .atomic import atomic_write_bytes
 from .location import Location, on_disk
+
+T = TypeVar("T")
+NODES_AT_ONCE = 8  # nodes of a bucket written together (each a few dependent requests)
 
 
 def write_files(root: Location, files: dict[str, bytes]) -> None:
@@ -22,6 +26,19 @@ def write_files(root: Location, files: dict[str, bytes]) -> None:
     from .object_store import put_many
 
     put_many({root / key: data for key, data in files.items()})
+
+
+def each_node(root: Location, items: Sequence[T], work: Callable[[T], None]) -> None:
+    """``work`` on every item (each writes nodes of the store at ``root``): on disk one after
+    another; on a server several at once, since each item is a chain of round trips (read, then
+    write) and waiting for them in turn left the server idle (4 wells: 1.8 s of 7 s in a bucket)."""
+    if on_disk(root) is not None or len(items) < 2:
+        for item in items:
+            work(item)
+        return
+    with ThreadPoolExecutor(min(NODES_AT_ONCE, len(items)), thread_name_prefix="zarrmill-nodes") as pool:
+        for _ in pool.map(work, items):  # the first error is raised, once every item has ended
+            pass
 
 
 @contextmanager
