@@ -18,6 +18,8 @@ Lossless: every slab written is read back and compared. One unit per case (b2nd)
 whole chunks (zarr)."""
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -247,7 +249,8 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         raise ConfigError(f"{p.input}: an nnU-Net folder becomes an nnU-Net folder of .b2nd files; drop format=zarr")
     sources = _sources(p)
     patch = patch_of(p)
-    choices = codec_choices(p, sources)
+    trial = _trial_key(p, sources)
+    choices = _earlier_choices(p, trial) or codec_choices(p, sources)
     choice = choices[str(sources[0].dtype)]
     out = as_location(p.output)
     units: list[Unit] = []
@@ -269,9 +272,23 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
         for j, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append({"id": f"{src.name}:{j}", **base, "region": [list(r) for r in reg]})
     _write_summary(p, ctx, {"state": "running", "format": p.format, "patch": patch, "layout": p.layout,
-                            "codec": choice, "codecs": choices, "nnunet": _nnunet(p),
+                            "codec": choice, "codecs": choices, "trial": trial, "nnunet": _nnunet(p),
                             "cases": [describe(s) for s in sources]})
     return units
+
+
+def _trial_key(p: Params, sources: list[Source]) -> str:
+    """What a codec trial depends on: the parameters (but the output's path) and the cases."""
+    text = json.dumps([p.model_dump(exclude={"output"}), [describe(s) for s in sources]], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _earlier_choices(p: Params, trial: str) -> dict[str, dict] | None:
+    """The codecs an earlier run of the same trial chose, saved in its summary: a trial is timed,
+    so a rerun (after a kill, or of a finished set) could choose differently from the cases it
+    already wrote; it keeps their codecs and block shapes instead."""
+    earlier = compress_summary(as_location(p.output)) or {}
+    return earlier.get("codecs") if earlier.get("trial") == trial else None
 
 
 def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:

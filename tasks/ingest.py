@@ -68,7 +68,7 @@ ARCHIVE_ENTRY_BYTES = 1 << 20  # an .ozx: planes smaller than this are sharded t
 IMAGE_UNIT_MB = 64
 
 WORKERS = THREADS  # its units read files and run numpy and Blosc, all outside the GIL
-# and the pyramid's LevelUnits read back from the level above, placed in the plan: the engine runs them
+# (the pyramid's LevelUnits, placed in the plan, are run by the engine: not listed here)
 IngestUnit = FieldUnit | FieldRegionUnit | ImageRegionUnit | ComposeUnit | OverviewUnit
 
 def _plate_spec(p: Params, acq: Acquisition) -> ArraySpec:
@@ -146,7 +146,9 @@ def run_unit(p: Params, unit: IngestUnit) -> int:
             return _run_field_region(p, unit)
         case ImageRegionUnit():
             return _run_image_unit(p, unit)
-    return _run_field(p, unit)
+        case FieldUnit():
+            return _run_field(p, unit)
+    raise TypeError(f"ingest: not a unit of this task: {type(unit).__name__}")
 
 
 def _run_field(p: Params, unit: FieldUnit) -> int:

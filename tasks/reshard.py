@@ -243,7 +243,7 @@ def run_unit(p: Params, unit: ReshardUnit) -> int:
             return _paint(as_location(p.input), unit, p.output_path() / unit.well / p.image_name / "0", p.overlap)
         case OverviewUnit():
             return _paint(p.output_path(), unit, p.output_path() / OVERVIEW / "0", "first")
-    raise TypeError(f"reshard: not a unit of this task: {unit!r}")
+    raise TypeError(f"reshard: not a unit of this task: {type(unit).__name__}")
 
 
 FovReader = Callable[[Fov, tuple[slice, ...], tuple[slice, ...]], np.ndarray]

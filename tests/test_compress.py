@@ -263,3 +263,31 @@ def test_bytedelta_filter_by_hand_and_what_zarr_refuses(cli, tmp_path):
                                 *sets)
         assert code == 2 and says in err, (sets, err)
         assert not (tmp_path / "z.zarr").exists()  # refused before anything is written
+
+
+def test_a_rerun_keeps_the_codecs_its_trial_chose(cli, tmp_path):
+    """The codec trial is timed, so a rerun could choose otherwise than the run whose cases are
+    already written: a rerun of the same trial (same parameters and cases) takes the choices saved
+    in the set's summary. A run is killed as the ledger allows (cases written, their records not
+    yet flushed: they are redone), its saved choice made one no trial picks (zlib 1, no filter);
+    the rerun writes the cases with the saved codec."""
+    from conftest import bookkeeping
+
+    data = volume((30, 40, 50), "uint16")
+    code, _, err = compress_saved(cli, tmp_path, data, "out", "patch=[16,16,16]")
+    assert code == 0, err
+    summary_path = tmp_path / "out" / "zarrmill" / "compress.json"
+    summary = json.loads(summary_path.read_text())
+    saved = {"codec": "zlib", "clevel": 1, "filter": "nofilter", "chosen_by": "an earlier trial"}
+    summary["codecs"] = {dtype: {**choice, **saved} for dtype, choice in summary["codecs"].items()}
+    summary_path.write_text(json.dumps({**summary, "state": "running"}))
+    for step in (bookkeeping(tmp_path / "out") / "steps").iterdir():  # as a kill before the flush leaves it
+        for record in (step / "done").iterdir():
+            record.unlink()
+        doc = json.loads((step / "step.json").read_text())
+        (step / "step.json").write_text(json.dumps({**doc, "state": "running"}))
+    code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'out'}", "patch=[16,16,16]")
+    assert code == 0, err
+    written = blosc2.open(str(tmp_path / "out" / "v.b2nd"), mode="r")
+    assert written.schunk.cparams.codec == blosc2.Codec.ZLIB and written.schunk.cparams.clevel == 1
+    np.testing.assert_array_equal(written[...], data)

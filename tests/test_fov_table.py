@@ -93,3 +93,18 @@ def test_a_table_zarrmill_did_not_write_is_never_replaced(tmp_path: Path) -> Non
     with pytest.raises(OutputExistsError, match=f"{TABLE}: exists and was not created by zarrmill"):
         write_roi_tables(image, FOVS, WELL, "/src/plate.zarr", guard)
     assert {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()} == before
+
+
+def test_a_table_folder_outside_the_tables_list_is_never_written_into(tmp_path: Path) -> None:
+    """Whether a table is there is looked up at its path, not read from the tables group's list: a
+    neighbour's FOV_ROI_table folder in an image with no tables group yet is refused, unchanged."""
+    image = tmp_path / "theirs.zarr"
+    zarr.open_group(str(image), mode="w", zarr_format=3)
+    planted = image / "tables" / TABLE
+    planted.mkdir(parents=True)
+    (planted / "notes.txt").write_text("a colleague's")
+    before = {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()}
+    guard = OutputGuard(image, in_place=True)
+    with pytest.raises(OutputExistsError, match=f"{TABLE}: exists and was not created by zarrmill"):
+        write_roi_tables(image, FOVS, WELL, "/src/plate.zarr", guard)
+    assert {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()} == before

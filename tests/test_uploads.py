@@ -102,3 +102,25 @@ def test_empty_chunks_are_not_stored_and_a_chunk_that_became_empty_is_not_served
     run_unit(url, again)
     reset_clients()
     assert np.array_equal(zarr.open_array(zarr_url(as_location(url)), mode="r")[...], again)
+
+
+def test_writes_to_one_shard_one_channel_at_a_time_keep_every_channel(s3env, bucket, through_proxy):
+    """A well or overview composed one channel at a time writes each channel's part of a shard
+    that spans all channels: each is a read, merge and put of the whole shard. Two in flight at
+    once would each put back the shard without the other's channel (the first bug report: channel
+    1 of an overview all zero, exit 0)."""
+    url = f"s3://{bucket}/sharded.zarr"
+    zarr.create_array(zarr_url(as_location(url)), shape=(3, 64, 64), chunks=(1, 32, 32), shards=(3, 64, 64),
+                      dtype="uint16", fill_value=0)
+    through_proxy(put_delay=0.3)  # every PUT late, as a busy server's: a race has time to show
+    data = np.random.default_rng(3).integers(1, 60_000, (3, 64, 64), dtype=np.uint16)
+
+    @writes_in_flight
+    def channel_by_channel() -> None:
+        arr = open_for_write(as_location(url), sparse=True)
+        for c in range(3):
+            write_region(arr, (c, 0, 0), data[c:c + 1].copy(), handed_over=True)
+
+    channel_by_channel()
+    reset_clients()
+    assert np.array_equal(zarr.open_array(zarr_url(as_location(url)), mode="r")[...], data)

@@ -72,15 +72,17 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
     # the tables group is written with the tables (its zarr.json among their files), not before
     meta = read_json_if_exists(as_location(image) / "tables" / ("zarr.json" if zarr_format == 3 else ".zattrs"))
     old = (meta.get("attributes", {}) if zarr_format == 3 else meta) if meta is not None else None
-    disk = zarr.open_group(zarr_url(as_location(image) / "tables"), mode="r") if old is not None else None
     names = sorted(set((old or {}).get("tables", [])) | {TABLE, WELL_TABLE})
     files: dict[str, Any] = {}
     memory = zarr.open_group(zarr.storage.MemoryStore(files), mode="w", zarr_format=zarr_format,
                              attributes={"tables": names})
     for name, rows in ((TABLE, fov_rows), (WELL_TABLE, [well])):
         write_anndata(memory, name, rows, {**ROI_ATTRS, "zarrmill_source_plate": source})
-        if disk is not None and name in disk:
-            guard.remove(as_location(image) / "tables" / name, " (an ROI table of the same name)")
+        # whatever is at the table's path goes through the guard, listed in the tables group or not
+        # (a neighbour's folder or objects there are refused, never written into)
+        node = as_location(image) / "tables" / name
+        if not guard.skips_look(node) and guard.place.node_there(node):
+            guard.remove(node, " (an ROI table of the same name)")
     write_files(as_location(image) / "tables", {key: buffer.to_bytes() for key, buffer in files.items()})
 
 

@@ -217,15 +217,19 @@ def _queue_blocks(queue: uploads.Uploads, arr: zarr.Array, start: tuple[int, ...
     data = np.asarray(data, dtype=arr.dtype)
     sharded = getattr(arr, "shards", None) is not None
     dense = arr.with_config({"write_empty_chunks": True}) if not sharded else arr
-    for piece in _write_blocks(start, data.shape, tuple(getattr(arr, "shards", None) or arr.chunks)):
+    grid = tuple(getattr(arr, "shards", None) or arr.chunks)
+    for piece in _write_blocks(start, data.shape, grid):
         part = data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))]
         target = dense if arr.config.write_empty_chunks or (not sharded and np.any(part)) else arr
+        # the object this piece lands in: one write to it at a time (uploads.Uploads.submit)
+        block = (str(arr.store_path), tuple(p.start // b for p, b in zip(piece, grid)))
         if handed_over:
-            queue.submit(functools.partial(target.__setitem__, piece, part), 0)  # no copy held
+            queue.submit(functools.partial(target.__setitem__, piece, part), 0, block)  # no copy held
         elif part.nbytes > queue.limit // 2:
+            queue.wait_for(block)
             target[piece] = part  # a large shard: a copy would double it
         else:
-            queue.submit(functools.partial(target.__setitem__, piece, np.array(part)), part.nbytes)
+            queue.submit(functools.partial(target.__setitem__, piece, np.array(part)), part.nbytes, block)
 
 
 def read_region(arr: zarr.Array, region: tuple[slice, ...]) -> np.ndarray:

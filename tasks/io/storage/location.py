@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -298,10 +299,11 @@ def _zarr_store(scheme: str, bucket: str) -> Store:
         return zarr.storage.ObjectStore(HTTPStore.from_url(
             f"{scheme}://{bucket}", client_options={"allow_http": True} if scheme == "http" else None))
     key = _client_key(bucket)
-    if key not in _STORES:
-        _CLIENTS[key] = _s3_store(bucket, *key[1:5])
-        _STORES[key] = zarr.storage.ObjectStore(_CLIENTS[key])
-    return _STORES[key]
+    with _CLIENTS_LOCK:  # upload threads open stores too: one client and its store per key
+        if key not in _STORES:
+            _CLIENTS[key] = _s3_store(bucket, *key[1:5])
+            _STORES[key] = zarr.storage.ObjectStore(_CLIENTS[key])
+        return _STORES[key]
 
 
 def _client_key(bucket: str) -> tuple[str | bool, ...]:
@@ -314,6 +316,7 @@ def _client_key(bucket: str) -> tuple[str | bool, ...]:
 
 _STORES: dict[tuple[str | bool, ...], Store] = {}  # (bucket, settings) -> zarr ObjectStore: one client each
 _CLIENTS: dict[tuple[str | bool, ...], S3Store] = {}  # the obstore client inside each (our own reference)
+_CLIENTS_LOCK = threading.Lock()
 
 
 def s3_client(path: Location) -> tuple[S3Store, str]:

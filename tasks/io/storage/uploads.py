@@ -5,7 +5,8 @@ wait for before it composes or downsamples the next piece. Inside ``writes_in_fl
 task's ``run_unit``) ``write_region`` hands each block of an array in a bucket to a few upload
 threads and returns; the unit's memory grows by at most ``IN_FLIGHT_BYTES`` of block copies, and
 the unit waits when that much is on its way (a block of more than half of it is written by the unit
-itself, uncopied, while the queued ones go on).
+itself, uncopied, while the queued ones go on). Two writes to one object are never in flight at
+once: the second waits for the first (a partial shard is a read, merge and put of the whole).
 
 The unit is done only once every one of its writes is: the decorator waits for all of them before
 ``run_unit`` returns, and the first failed write fails the unit (a unit reported done has all of
@@ -19,7 +20,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Callable, ParamSpec, TypeVar
+from typing import Callable, Hashable, ParamSpec, TypeVar
 
 # bytes of block copies on their way per unit: ~24 plane chunks of 0.7 MB, enough to keep the
 # upload threads busy while the next ones are made; a larger block is written where it is (no copy)
@@ -40,8 +41,14 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL[0]
 
 
-# a forked child has the pool's objects but none of its threads
-os.register_at_fork(after_in_child=_POOL.clear)
+def _after_fork() -> None:
+    """A forked child has the pool's objects but none of its threads, and maybe a held lock."""
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+    _POOL.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class Uploads:
@@ -51,18 +58,34 @@ class Uploads:
         self.limit = limit
         self.pending: deque[tuple[Future[None], int]] = deque()
         self.in_flight = 0
+        self.by_block: dict[Hashable, Future[None]] = {}
 
-    def submit(self, write: Callable[[], None], nbytes: int) -> None:
-        """Run ``write`` on an upload thread; first wait (oldest first) until ``nbytes`` more fit.
-        A write that failed meanwhile is raised here, so the unit stops early."""
+    def submit(self, write: Callable[[], None], nbytes: int, block: Hashable = None) -> None:
+        """Run ``write`` on an upload thread; first wait (oldest first) until ``nbytes`` more fit,
+        and for the last write to the same ``block`` (an object in the bucket): a partial write of
+        a shard or chunk reads, merges and puts the whole object, so two such writes in flight at
+        once would each put back the object without the other's pixels. A write that failed
+        meanwhile is raised here, so the unit stops early."""
         while self.pending and (self.in_flight + nbytes > self.limit or self.pending[0][0].done()):
             self._wait_oldest()
-        self.pending.append((_pool().submit(write), nbytes))
+        self.wait_for(block)
+        future = _pool().submit(write)
+        self.pending.append((future, nbytes))
         self.in_flight += nbytes
+        if block is not None:
+            self.by_block[block] = future
+
+    def wait_for(self, block: Hashable) -> None:
+        """Wait until the last write handed over to ``block`` has ended (raising its error)."""
+        earlier = self.by_block.get(block) if block is not None else None
+        if earlier is not None:
+            earlier.result()
 
     def _wait_oldest(self) -> None:
         future, nbytes = self.pending.popleft()
         self.in_flight -= nbytes
+        if not self.pending:
+            self.by_block.clear()  # nothing in flight: no write left to wait for
         future.result()
 
     def drain(self) -> None:

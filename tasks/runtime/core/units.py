@@ -73,7 +73,7 @@ def unit_allocator(unit: Unit) -> str:
 
 def run_unit_of(task_run: Callable[[Any, Any], int | None], params: Any, unit: Unit) -> int:
     """Run one unit: a placed unit by itself, any other by its task's ``run_unit``."""
-    return int(unit.run() if isinstance(unit, PlacedUnit) else task_run(params, unit) or 0)
+    return int((unit.run() if isinstance(unit, PlacedUnit) else task_run(params, unit)) or 0)
 
 
 def describe(task_describe: Callable[[Any], str], unit: Unit) -> str:
