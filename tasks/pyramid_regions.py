@@ -61,7 +61,10 @@ def _in_memory(specs: LevelSpecs, shape0: tuple[int, ...], itemsize: int, block0
     for k, (factors, spec, level) in enumerate(specs):
         reach = [r * f for r, f in zip(reach, factors)]
         need = _need(shape0, block, spec, reach)
-        while math.prod(need) * itemsize > hold_bytes and fit_chunks and (smaller := _halved(spec, reach)):
+        while math.prod(need) * itemsize > hold_bytes and fit_chunks:
+            smaller = _halved(spec, shape0, block, reach)
+            if smaller is None:
+                break
             spec, need = smaller, _need(shape0, block, smaller, reach)
         if math.prod(need) * itemsize > hold_bytes:
             return specs, k, tuple(block)
@@ -74,18 +77,21 @@ def _need(shape0: tuple[int, ...], block: list[int], spec: ArraySpec, reach: lis
     return [min(n, math.lcm(b, w * r)) for n, b, w, r in zip(shape0, block, spec.write_block, reach)]
 
 
-def _halved(spec: ArraySpec, reach: list[int]) -> ArraySpec | None:
-    """``spec`` with its chunk halved along the spatial axis spanning the most level-0 pixels;
-    None for a sharded level or where the chunk would fall below ``MIN_CHUNK_BYTES``."""
+def _halved(spec: ArraySpec, shape0: tuple[int, ...], block: list[int], reach: list[int]) -> ArraySpec | None:
+    """``spec`` with its chunk halved along the outermost spatial axis where that shrinks the
+    level-0 region it needs (outer first: the regions keep whole rows, read in one run per plane
+    from a TIFF); None for a sharded level, where no halving helps or where the chunk would fall
+    below ``MIN_CHUNK_BYTES``."""
     if spec.shards is not None:
         return None
     names = spec.dimension_names or ()
-    spatial = [a for a, name in enumerate(names) if name in "zyx" and spec.chunks[a] > 1]
-    if not spatial:
-        return None
-    axis = max(spatial, key=lambda a: (min(spec.chunks[a], spec.shape[a]) * reach[a], a))
-    chunks = list(spec.chunks)
-    chunks[axis] = math.ceil(min(chunks[axis], spec.shape[axis]) / 2)
-    if math.prod(chunks) * np.dtype(spec.dtype).itemsize < MIN_CHUNK_BYTES:
-        return None
-    return dataclasses.replace(spec, chunks=tuple(chunks))
+    now = math.prod(_need(shape0, block, spec, reach))
+    for axis in [a for a, name in enumerate(names) if name in "zyx" and min(spec.chunks[a], spec.shape[a]) > 1]:
+        chunks = list(spec.chunks)
+        chunks[axis] = math.ceil(min(chunks[axis], spec.shape[axis]) / 2)
+        if math.prod(chunks) * np.dtype(spec.dtype).itemsize < MIN_CHUNK_BYTES:
+            continue
+        smaller = dataclasses.replace(spec, chunks=tuple(chunks))
+        if math.prod(_need(shape0, block, smaller, reach)) < now:
+            return smaller
+    return None

@@ -109,12 +109,14 @@ def mean_chain(vol: np.ndarray, factors: list[tuple[int, int, int]]) -> list[np.
     return levels
 
 
-def test_a_volume_s_lower_levels_get_smaller_chunks_to_be_built_in_memory(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("executor", ["threads", "local"])
+def test_a_volume_s_lower_levels_get_smaller_chunks_to_be_built_in_memory(cli, tmp_path, monkeypatch, executor):
     """16 x 512 x 512 in chunks of 16 x 256 x 256 with 2 MB a unit may hold: level 1 (one 2 MB chunk,
     needing all 8 MB of level 0) and level 2 get chunks halved until a 2 MB region of level 0 holds
     whole chunks of both, so four units build them from memory; level 3 would fall below the
     smallest chunk and is read back (one unit). Every level equals a numpy block mean of the one
-    above, from the TIFF."""
+    above, from the TIFF, on threads and on the local executor's processes (the plan, patched here,
+    is made in this process; the workers run its units)."""
     monkeypatch.setattr("zarrmill.pyramid_regions.MIN_CHUNK_BYTES", 16 * 2**10)
     monkeypatch.setattr("zarrmill.ingest.IMAGE_UNIT_MB", 1)
     rng = np.random.default_rng(5)
@@ -123,7 +125,8 @@ def test_a_volume_s_lower_levels_get_smaller_chunks_to_be_built_in_memory(cli, t
     src = tmp_path / "vol.tif"
     tifffile.imwrite(src, vol, imagej=True, resolution=(2.0, 2.0), metadata={"axes": "ZYX", "spacing": 1.0})
     out = tmp_path / "one.zarr"
-    said = ingest(cli, src, out, "pyramid=true", "min_size=64", "volume_mb=2")
+    said = run(cli, "task", "ingest", "--executor", executor, "--set", f"input={src}", "--set", f"output={out}",
+               "--set", "pyramid=true", "--set", "min_size=64", "--set", "volume_mb=2")
     assert units_run(said) == 4 + 1, said  # level-0 regions building levels 1-2, level 3 read back
     arrays = [zarr.open_array(str(out / str(k)), mode="r") for k in range(4)]
     assert [a.chunks for a in arrays] == [(16, 256, 256), (16, 128, 128), (8, 64, 64), (4, 64, 64)]
