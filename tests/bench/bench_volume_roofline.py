@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 from bench_volume import make_volume
-from measure import files_and_bytes, run_measured, table, zarrmill
+from measure import compile_zarrmill, files_and_bytes, run_measured, table, zarrmill
 
 REPO = Path(__file__).resolve().parents[2]
 THREADS = 2
@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))
+    compile_zarrmill()
     work = Path(tempfile.mkdtemp(prefix="bench-roofline-", dir=a.workdir))
     try:
         vol = make_volume(shape)
