@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from . import ingest_wells, pyramid, reshard
+from . import ingest_wells, pyramid, pyramid_regions, reshard
 from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
 from .errors import ConfigError
@@ -286,8 +286,11 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
     block = tuple(spec.write_block)
     if fov_planes is not None:  # a field's units read whole plane files: whole planes each
         block = block[:-2] + tuple(spec.shape[-2:])
-    regions, levels, rest = pyramid.plan_levels_with_regions(
-        _pyramid_params(p), p.output_path(), image, meta, ctx, block, unit_bytes, int(p.volume_mb * 2**20))
+    # a volume's lower levels get smaller chunks where that builds them in memory (pyramid_regions.py);
+    # a plate's keep theirs (its fields' levels are small and its file count is compared with peers')
+    regions, levels, rest = pyramid_regions.plan_levels_with_regions(
+        _pyramid_params(p), p.output_path(), image, meta, ctx, block, unit_bytes, int(p.volume_mb * 2**20),
+        fit_chunks=fov_planes is None)
     units: list[IngestUnit] = []
     for i, reg in enumerate(regions):
         uid, region, memory = f"{image}/r{i}" if image else f"r{i}", [list(r) for r in reg], holds(reg, itemsize)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Callable, Literal
 
 import numpy as np
 import zarr
@@ -205,13 +205,20 @@ def plan(p: Params, ctx: PlanContext) -> list[LevelUnit]:
     return units
 
 
-def _create_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext, across_lead: bool = True
-                   ) -> tuple[str, zarr.Array, list[tuple[tuple[int, ...], ArraySpec, Level]]]:
-    """Create the arrays of levels 1.. of one image (level 0 must exist): (method, level 0, specs)."""
+LevelSpecs = list[tuple[tuple[int, ...], ArraySpec, Level]]
+
+
+def _create_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext, across_lead: bool = True,
+                   adjust: Callable[[zarr.Array, LevelSpecs], LevelSpecs] | None = None
+                   ) -> tuple[str, zarr.Array, LevelSpecs]:
+    """Create the arrays of levels 1.. of one image (level 0 must exist): (method, level 0, specs).
+    ``adjust`` may change the specs (chunks) before the arrays are made (pyramid_regions.py)."""
     root = base / image
     arr0 = _level0(root / meta.levels[0].path)
     check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
     specs = _level_specs(p, meta, arr0, across_lead)
+    if adjust is not None:
+        specs = adjust(arr0, specs)
     for _, spec, level in specs:
         ensure_array(root, level.path, spec, ctx)
     return _method(p, meta), arr0, specs
@@ -289,32 +296,6 @@ def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ct
     method}] for those writers."""
     method, _, specs = _create_levels(p, base, image, meta, ctx, across_lead)
     return [{"path": level.path, "factors": list(factors), "method": method} for factors, _, level in specs]
-
-
-def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
-                             block0: tuple[int, ...], unit_bytes: int, hold_bytes: int
-                             ) -> tuple[list[tuple[tuple[int, int], ...]], list[dict], list[LevelUnit]]:
-    """Create levels 1.. of an image whose level 0 is being written in regions (ingest of a volume
-    or a field), so the writers build the levels they can from the region they hold (nothing read
-    back). A level is built in memory while the level-0 region it needs (whole blocks of every
-    level so far, each a multiple of the factors down to it) is at most ``hold_bytes``; the levels
-    below are read back from the last one built so (a few % of the bytes, at most 1/4 per level).
-    Returns (level-0 regions, [{path, factors, method}] for their writers, read-back units)."""
-    method, arr0, specs = _create_levels(p, base, image, meta, ctx, across_lead=False)
-    shape0, itemsize = tuple(arr0.shape), arr0.dtype.itemsize
-    block, reach = list(block0), [1] * len(shape0)
-    in_memory: list[dict] = []
-    for factors, spec, level in specs:
-        reach = [r * f for r, f in zip(reach, factors)]
-        # whole blocks of this level, and of every level above, from one level-0 region
-        need = [min(n, math.lcm(b, w * r)) for n, b, w, r in zip(shape0, block, spec.write_block, reach)]
-        if math.prod(need) * itemsize > hold_bytes:
-            break
-        block = need
-        in_memory.append({"path": level.path, "factors": list(factors), "method": method})
-    regions = group_regions(shape0, tuple(block), itemsize, unit_bytes)
-    prev = in_memory[-1]["path"] if in_memory else meta.levels[0].path
-    return regions, in_memory, _level_units(base, image, prev, specs[len(in_memory):], method, itemsize, p.unit_mb)
 
 
 def write_levels_from(data: np.ndarray, start: list[int], image_root: Path, levels: list[dict],

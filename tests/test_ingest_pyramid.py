@@ -96,3 +96,41 @@ def test_a_volume_gets_its_pyramid_in_the_same_pass(cli, tmp_path, monkeypatch, 
     assert units_run(said) == expected, said
     assert validate_store(one)["image"] == 1
     assert check_store(one)[0] == []
+
+
+def mean_chain(vol: np.ndarray, factors: list[tuple[int, int, int]]) -> list[np.ndarray]:
+    """Every level as a numpy block mean of the one above (rounded half to even), from the source."""
+    levels = [vol]
+    for fz, fy, fx in factors:
+        a = levels[-1].astype(np.float64)
+        z, y, x = a.shape
+        block = a.reshape(z // fz, fz, y // fy, fy, x // fx, fx).mean(axis=(1, 3, 5))
+        levels.append(np.rint(block).astype(vol.dtype))
+    return levels
+
+
+@pytest.mark.parametrize("executor", ["threads", "local"])
+def test_a_volume_s_lower_levels_get_smaller_chunks_to_be_built_in_memory(cli, tmp_path, monkeypatch, executor):
+    """16 x 512 x 512 in chunks of 16 x 256 x 256 with 2 MB a unit may hold: level 1 (one 2 MB chunk,
+    needing all 8 MB of level 0) and level 2 get chunks halved until a 2 MB region of level 0 holds
+    whole chunks of both, so four units build them from memory; level 3 would fall below the
+    smallest chunk and is read back (one unit). Every level equals a numpy block mean of the one
+    above, from the TIFF, on threads and on the local executor's processes (the plan, patched here,
+    is made in this process; the workers run its units)."""
+    monkeypatch.setattr("zarrmill.pyramid_regions.MIN_CHUNK_BYTES", 16 * 2**10)
+    monkeypatch.setattr("zarrmill.ingest.IMAGE_UNIT_MB", 1)
+    rng = np.random.default_rng(5)
+    vol = rng.integers(0, 4000, (16, 512, 512), dtype=np.uint16)
+    vol[:, ::7] = 65535  # odd sums: rounding half to even is exercised
+    src = tmp_path / "vol.tif"
+    tifffile.imwrite(src, vol, imagej=True, resolution=(2.0, 2.0), metadata={"axes": "ZYX", "spacing": 1.0})
+    out = tmp_path / "one.zarr"
+    said = run(cli, "task", "ingest", "--executor", executor, "--set", f"input={src}", "--set", f"output={out}",
+               "--set", "pyramid=true", "--set", "min_size=64", "--set", "volume_mb=2")
+    assert units_run(said) == 4 + 1, said  # level-0 regions building levels 1-2, level 3 read back
+    arrays = [zarr.open_array(str(out / str(k)), mode="r") for k in range(4)]
+    assert [a.chunks for a in arrays] == [(16, 256, 256), (16, 128, 128), (8, 64, 64), (4, 64, 64)]
+    expected = mean_chain(vol, [(1, 2, 2), (2, 2, 2), (2, 2, 2)])
+    for k, (arr, ref) in enumerate(zip(arrays, expected)):
+        np.testing.assert_array_equal(arr[:], ref, err_msg=f"level {k}")
+    assert check_store(out)[0] == []

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 import tifffile
 import zarr
-from measure import files_and_bytes, run_measured, table, zarrmill
+from measure import compile_zarrmill, files_and_bytes, run_measured, table, zarrmill
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +68,7 @@ def main() -> None:
     a = ap.parse_args()
     warnings.filterwarnings("ignore", message="Object at OME is not recognized")  # EuBI-Bridge's OME-XML folder
     shape = tuple(int(s) for s in a.shape.split(","))
+    compile_zarrmill()
     work = Path(tempfile.mkdtemp(prefix="bench-volume-", dir=a.workdir))
     try:
         vol = make_volume(shape)

@@ -8,7 +8,6 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-import blosc2
 import msgpack
 
 from ..ngff.acquisition import Acquisition, Channel
@@ -20,6 +19,8 @@ SCALARS = ("name", "pixel_size_yx", "z_step", "image_shape_yx", "dtype", "n_rows
 
 
 def dump(acq: Acquisition, key: str) -> bytes:
+    import blosc2  # here, not at the top: its import (0.2 s, with httpx) would slow every run's start
+
     tb = acq.table
     columns = {n: blosc2.pack_array2(getattr(tb, n)) for n in INT_COLUMNS + FLOAT_COLUMNS + ("names",)}
     for name in ("times", "wells"):
@@ -40,6 +41,8 @@ def load(data: bytes, key: str) -> Acquisition | None:
         return None
     if saved.get("key") != key or meta.get("format") != FORMAT:
         return None
+    import blosc2
+
     cols = {n: blosc2.unpack_array2(v) for n, v in saved["columns"].items()}
     time_text = well_of_name = None
     if meta["converters"] == "yokogawa":

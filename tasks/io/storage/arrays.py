@@ -196,7 +196,10 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray, handed
     pending: deque[tuple[ts.Future, int]] = deque()
     in_flight = 0
     for piece in _write_blocks(start, data.shape, tuple(getattr(arr, "shards", None) or arr.chunks)):
-        part = np.ascontiguousarray(data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))])
+        # a view: tensorstore copies what it is given into its chunk buffer anyway (it may not keep
+        # references), so a contiguous copy first was a second pass over every byte (0.45 vs 0.63 s
+        # for 268 MB of a volume's regions)
+        part = data[tuple(slice(p.start - s, p.stop - s) for p, s in zip(piece, start))]
         while pending and in_flight + part.nbytes > IN_FLIGHT_BYTES:
             future, nbytes = pending.popleft()
             future.result()

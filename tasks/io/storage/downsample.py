@@ -53,7 +53,29 @@ def _axis_counts(shape: tuple[int, ...], factors: tuple[int, ...]) -> np.ndarray
     return reduce(np.multiply, vectors)
 
 
+SLAB_BYTES = 2 * 2**20  # the float accumulator of one slab: stays in cache across its passes
+
+
 def _mean(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
+    """Slab by slab along the first axis longer than one output row: each pass (sums, divide,
+    round, cast) then runs over a cache-sized accumulator instead of an output-sized one (a 128 MB
+    region's level 1: 2x faster, and no 64 MB accumulator page-faulted afresh per unit)."""
+    shape = out_shape(x.shape, factors)
+    axis = next((a for a, n in enumerate(shape) if n > 1), 0)
+    row = math.prod(shape) // max(shape[axis], 1) * 4
+    step = max(1, SLAB_BYTES // max(row, 1))
+    if step >= shape[axis]:
+        return _mean_whole(x, factors)
+    out = np.empty(shape, x.dtype)
+    f = factors[axis]
+    for o in range(0, shape[axis], step):
+        src = (slice(None),) * axis + (slice(o * f, min((o + step) * f, x.shape[axis])),)
+        dst = (slice(None),) * axis + (slice(o, min(o + step, shape[axis])),)
+        out[dst] = _mean_whole(x[src], factors)
+    return out
+
+
+def _mean_whole(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
     small_ints = x.dtype.kind in "ui" and x.dtype.itemsize <= 2 and math.prod(factors) <= 256
     acc = np.zeros(out_shape(x.shape, factors), dtype=np.float32 if small_ints else np.float64)
     for offs in _offsets(factors):

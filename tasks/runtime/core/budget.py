@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from dask.utils import format_bytes
 
 from ...errors import ConfigError
 from .units import Unit, unit_id, unit_memory
@@ -64,6 +63,8 @@ def refuse_oversized(task: str, units: Iterable[Unit], budget: int | None, setti
         return
     fields = [f for f in size_fields if f in UNIT_SIZE_FIELDS]
     smaller = f" or make units smaller ({' / '.join(fields)})" if fields else ""
+    from dask.utils import format_bytes  # here: importing dask costs every run 0.1-0.15 s of start-up
+
     raise ConfigError(f"task {task}: unit {unit_id(largest)} holds {format_bytes(unit_memory(largest))} at once, more "
                       f"than a worker's budget of {format_bytes(budget)} ({int(UNIT_SHARE * 100)} % of its memory); "
                       f"give workers more memory ({setting}){smaller}")

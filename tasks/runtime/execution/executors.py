@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import dask.config
-from dask.utils import parse_bytes
 
 from ...errors import ExecutorError
 from ..core.budget import MEMORY, PlanSize, budget_of
@@ -173,6 +171,8 @@ class Executor:
         """A local worker's memory limit in bytes, as LocalCluster is given it."""
         local, limit = POOL_KINDS[kind], self.spec.memory_limit
         if limit and limit != "auto" and local.runs != "inline":
+            from dask.utils import parse_bytes  # dask only where a pool is made: runs in this process skip its import
+
             return parse_bytes(limit)
         if local.shares_memory:  # the threads share this process's memory
             return int(available_memory() * 0.8)
@@ -201,6 +201,8 @@ class Executor:
         memory = self._local_worker_memory(kind)
         if local.processes:
             make_run_dir(self.run_dir)
+        import dask.config
+
         with dask.config.set({UNSET_TRIM: None}):
             # the dashboard (and the scheduler) listen on this machine only
             # threads: the scheduler talks inproc, but each in-process worker still serves HTTP

@@ -15,9 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import dask.config
-from dask.utils import parse_bytes
-
 from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, budget_of
 from .schedulers import scheduler
@@ -32,6 +29,10 @@ UNSET_TRIM_ENV = "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM
 
 
 def _jobqueue(batch: Scheduler, key: str) -> Any:
+    # dask is imported where a pool is made, not with this module: a run in this process (threads)
+    # never needs it, and importing it cost every run's start 0.1-0.15 s
+    import dask.config
+
     return dask.config.get(f"jobqueue.{batch.kind}.{key}", None)
 
 
@@ -50,6 +51,8 @@ def _settings(spec: ExecutorSpec, resources: Resources | None) -> dict[str, Any]
 
 def _bytes(batch: Scheduler, value: Any) -> int:
     """A job's memory in bytes; a value no check caught (WorkflowSpec checks them) is one line, exit 2."""
+    from dask.utils import parse_bytes
+
     try:
         return parse_bytes(str(value))
     except (ValueError, TypeError):
