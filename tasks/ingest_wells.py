@@ -133,22 +133,28 @@ def run_unit(p: Params, unit: reshard.ReshardUnit) -> int:
 
 
 def _file_reader(missing_ok: bool) -> reshard.FovReader:
-    def read(fov: Fov, lead: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
-        """lead: (t,) c; spatial: z, y, x. Each file is one (t, c, z) plane, read whole."""
+    def read(fov: Fov, lead: tuple[slice, ...], spatial: tuple[slice, ...], into: np.ndarray | None) -> np.ndarray:
+        """lead: (t,) c; spatial: z, y, x. Each file is one (t, c, z) plane, read whole: into its
+        place in the canvas when the FOV's whole plane is asked for, else through a plane buffer."""
         files = {(t, c, z): path for t, c, z, path in fov.extra["planes"]}
         zs, ys, xs = spatial
         ranges = [range(s.start, s.stop) for s in lead]
         dtype = np.dtype(fov.extra["dtype"])
-        out = np.zeros(tuple(map(len, ranges)) + (zs.stop - zs.start, ys.stop - ys.start, xs.stop - xs.start), dtype)
-        plane = np.empty(fov.size[-2:], dtype)
-        for index in np.ndindex(*out.shape[:len(ranges)]):
+        shape = tuple(map(len, ranges)) + (zs.stop - zs.start, ys.stop - ys.start, xs.stop - xs.start)
+        out = into if into is not None and into.dtype == dtype else np.empty(shape, dtype)
+        whole = shape[-2:] == tuple(fov.size[-2:])
+        plane = None if whole else np.empty(fov.size[-2:], dtype)
+        for index in np.ndindex(*shape[:len(ranges)]):
             t, c = ((0,) + (ranges[0][index[0]],)) if len(ranges) == 1 else tuple(r[i] for r, i in zip(ranges, index))
             for k, z in enumerate(range(zs.start, zs.stop)):
                 path = files.get((t, c, z))
                 if path is None or (missing_ok and not plane_exists(path)):
-                    continue  # stays zero: missing planes are recorded in finish
-                read_plane_into(path, plane)
-                out[index + (k,)] = plane[ys, xs]
+                    out[index + (k,)] = 0  # a missing plane is zeros: recorded in finish
+                elif plane is None:
+                    read_plane_into(path, out[index + (k,)])
+                else:
+                    read_plane_into(path, plane)
+                    out[index + (k,)] = plane[ys, xs]
         return out
 
     return read

@@ -246,12 +246,14 @@ def run_unit(p: Params, unit: ReshardUnit) -> int:
     raise TypeError(f"reshard: not a unit of this task: {type(unit).__name__}")
 
 
-FovReader = Callable[[Fov, tuple[slice, ...], tuple[slice, ...]], np.ndarray]
+# (fov, lead slices, spatial slices, its place in the canvas or None) -> that part of the FOV,
+# in its place when the reader filled it
+FovReader = Callable[[Fov, tuple[slice, ...], tuple[slice, ...], np.ndarray | None], np.ndarray]
 
 
 def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: FovReader) -> int:
     """Compose one region from the FOVs listed in the unit and write it (whole shards).
-    ``read(fov, lead slices, spatial slices)`` returns that part of one FOV."""
+    ``read(fov, lead slices, spatial slices, into)`` returns that part of one FOV (see FovReader)."""
     dst = open_for_write(dst_path, sparse=True)
     region = [(a, b) for a, b in unit.region]
     n_lead = dst.ndim - len(unit.fovs[0]["size"]) if unit.fovs else dst.ndim - 2
@@ -264,7 +266,7 @@ def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: F
         lead_sl = tuple(slice(a + k, a + k + 1) if i == 0 else slice(a, b) for i, (a, b) in enumerate(region[:n_lead]))
         part = data[k:k + 1] if n_lead else data
         compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
-                lambda fov, spatial: read(fov, lead_sl, spatial), out=part)
+                lambda fov, spatial, into: read(fov, lead_sl, spatial, into), out=part)
         write_region(dst, [start[0] + k] + start[1:] if n_lead else start, part, handed_over=True)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
     return data.nbytes + pyramid.write_levels_from(data, start, dst_path.parent,
@@ -273,7 +275,7 @@ def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: F
 
 def _paint(base: Path, unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str) -> int:
     """Paint from zarr images under ``base`` (FOV images, or well images for the overview)."""
-    def read(fov: Fov, lead_sl: tuple[slice, ...], spatial: tuple[slice, ...]) -> np.ndarray:
+    def read(fov: Fov, lead_sl: tuple[slice, ...], spatial: tuple[slice, ...], into: np.ndarray | None) -> np.ndarray:
         arr = zarr.open_array(zarr_url(base / fov.path / fov.extra["level_path"]), mode="r")
         # a source may have fewer planes on a lead axis (overview: wells with fewer z): zero-pad
         lead = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(lead_sl, arr.shape))

@@ -278,6 +278,31 @@ def test_read_plane_into_raw_compressed_truncated_and_mismatched(tmp_path):
         read_plane_into(tmp_path / "raw.tif", np.zeros((37, 54), "uint16"))
 
 
+def test_a_plane_is_read_into_its_place_in_a_wider_canvas(tmp_path, monkeypatch):
+    """A well's FOV plane goes straight into its rows of the canvas (a strided view, one preadv
+    call per 1024 rows, here forced to 7 so the batches and their seams are exercised): the canvas
+    around it is untouched, and a truncated file is one clear error naming it."""
+    import tifffile
+
+    from zarrmill.errors import InputError
+    from zarrmill.io.readers import planes
+
+    monkeypatch.setattr(planes, "_IOV_MAX", 7)
+    plane = np.random.default_rng(0).integers(0, 65535, (37, 53), dtype="uint16")
+    tifffile.imwrite(tmp_path / "raw.tif", plane)
+    canvas = np.full((50, 120), 7, "uint16")
+    into = canvas[5:42, 60:113]
+    assert not into.flags.c_contiguous
+    assert planes._read_raw_tiff(tmp_path / "raw.tif", into)
+    expected = np.full((50, 120), 7, "uint16")
+    expected[5:42, 60:113] = plane
+    assert np.array_equal(canvas, expected)
+    data = (tmp_path / "raw.tif").read_bytes()
+    (tmp_path / "cut.tif").write_bytes(data[: len(data) - 500])
+    with pytest.raises(InputError, match="cut.tif"):
+        planes.read_plane_into(tmp_path / "cut.tif", canvas[5:42, 60:113])
+
+
 @pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", "x1"])
 def test_a_position_that_is_not_a_finite_number_is_refused(cli, tmp_path, bad):
     write_imagexpress(tmp_path / "raw")

@@ -94,12 +94,14 @@ def is_regular_grid(fovs: list[Fov]) -> bool:
 
 
 def compose(region: list[tuple[int, int]], fovs: list[Fov], policy: Policy, dtype: np.dtype,
-            lead_shape: tuple[int, ...], read: Callable[[Fov, tuple[slice, ...]], np.ndarray],
+            lead_shape: tuple[int, ...], read: Callable[[Fov, tuple[slice, ...], np.ndarray | None], np.ndarray],
             out: np.ndarray | None = None) -> np.ndarray:
     """Pixels of one canvas region (spatial axes) for every leading (t, c) index, in ``out`` when
     given (a part of the caller's array: no second copy of the pixels).
 
-    ``read(fov, spatial_slices)`` returns the FOV's pixels (lead axes first) in its own coordinates."""
+    ``read(fov, spatial_slices, into)`` returns the FOV's pixels (lead axes first) in its own
+    coordinates; ``into`` is their place in the canvas (policies first and last), which a reader
+    may fill and return (no buffer of its own, no copy), or None (mean)."""
     shape = lead_shape + tuple(b - a for a, b in region)
     hits = []
     for f in fovs:
@@ -119,12 +121,14 @@ def compose(region: list[tuple[int, int]], fovs: list[Fov], policy: Policy, dtyp
     for f, lo, hi in order:
         src = tuple(slice(l - p, h - p) for l, h, p in zip(lo, hi, f.pixel))
         dst = tuple(slice(l - a, h - a) for l, h, (a, _) in zip(lo, hi, region))
-        data = read(f, src)
         if policy == "mean":
-            acc[lead + dst] += data
+            acc[lead + dst] += read(f, src, None)
             count[dst] += 1
         else:
-            out[lead + dst] = data
+            into = out[lead + dst]
+            data = read(f, src, into)
+            if data is not into:
+                into[...] = data
     if policy == "mean":
         mean = cast_like(np.divide(acc, np.maximum(count, 1)), dtype)
         if out is not None:

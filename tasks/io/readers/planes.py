@@ -73,7 +73,8 @@ def planes_present(table: PlaneTable) -> np.ndarray:
 
 def read_plane_into(path: str | Path, out: np.ndarray) -> None:
     """Read one 2D plane into ``out`` (e.g. a slot of a write buffer); its shape and dtype must be
-    ``out``'s. Uncompressed single-page TIFFs are read straight into ``out`` (measured on a
+    ``out``'s; ``out`` may be a view whose rows are contiguous (a FOV's place in a wider canvas).
+    Uncompressed single-page TIFFs are read straight into ``out`` (measured on a
     1080x1280 uint16 plane: 1.4 ms with the header, vs 2.9 ms for tifffile.imread and 4.7 ms to
     copy out of a memory map, whose page faults dominate); anything else is decoded."""
     from .scenes import read_scene_plane, split_ref
@@ -105,10 +106,14 @@ def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
                     or tf.byteorder != ("<" if np.little_endian else ">")):
                 return False
             offset, nbytes = page.dataoffsets[0], sum(page.databytecounts)
-            if nbytes != out.nbytes or not out.flags.c_contiguous:
+            if nbytes != out.nbytes or out.strides[-1] != out.itemsize or (
+                    not out.flags.c_contiguous and not hasattr(os, "preadv")):
                 return False
-            tf.filehandle.seek(offset)
-            got = tf.filehandle.readinto(out)
+            if out.flags.c_contiguous:
+                tf.filehandle.seek(offset)
+                got = tf.filehandle.readinto(out)
+            else:  # rows of a wider array (a FOV's place in a well's canvas): scattered by one preadv
+                got = _read_rows(tf.filehandle.fileno(), offset, out)
     except FileNotFoundError as err:
         raise InputNotFoundError(f"{path}: file not found") from err
     except Exception:  # noqa: BLE001 - let the decoding path report what is wrong with it
@@ -116,6 +121,40 @@ def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
     if got != out.nbytes:
         raise InputError(f"{path}: cannot read image (truncated: {got} of {out.nbytes} bytes)")
     return True
+
+
+def _read_rows(fd: int, offset: int, out: np.ndarray) -> int:
+    """Read ``out.nbytes`` bytes from ``offset`` into the rows of ``out`` (a 2D view whose rows are
+    contiguous): no plane buffer and no copy from it. Bytes read (fewer at the file's end)."""
+    rows = [memoryview(row).cast("B") for row in out]
+    got = 0
+    for i in range(0, len(rows), _IOV_MAX):
+        batch = rows[i:i + _IOV_MAX]
+        want = sum(len(r) for r in batch)
+        n = os.preadv(fd, batch, offset + got)
+        got += n
+        if n < want:  # a short read: the rest one row at a time, to the file's end
+            for row in _rows_after(batch, n):
+                k = os.preadv(fd, [row], offset + got)
+                got += k
+                if k < len(row):
+                    return got
+    return got
+
+
+def _rows_after(batch: list[memoryview], n: int) -> list[memoryview]:
+    """The parts of ``batch`` not yet filled after ``n`` bytes."""
+    left = []
+    for row in batch:
+        if n >= len(row):
+            n -= len(row)
+            continue
+        left.append(row[n:])
+        n = 0
+    return left
+
+
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
 
 
 def plane_header(path: str | Path) -> tuple[tuple[int, int], str]:
