@@ -69,16 +69,19 @@ class Info(ctypes.Structure):  # glibc's struct mallinfo2
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = Info
 before = libc.mallinfo2().hblks
-buffers = [bytearray(4 << 20) for _ in range(8)]  # 4 MiB each: above 1 MiB, below 16 MiB
+buffers = [bytearray(int(sys.argv[2])) for _ in range(8)]
 print(libc.mallinfo2().hblks - before)  # buffers that got a mapping of their own
 """
 
 
-@pytest.mark.parametrize("profile, user, fresh_mappings", [("steady", None, True), ("speed", None, False),
-                                                          ("speed", "1048576", True)])
-def test_the_allocator_profile_decides_where_mid_size_buffers_come_from(profile, user, fresh_mappings):
-    """``steady``: 4 MiB buffers are mappings of their own (given back on free); ``speed``: they come
-    from the heap (reused); a user's MALLOC_MMAP_THRESHOLD_ wins over the profile."""
+@pytest.mark.parametrize("profile, size, user, fresh_mappings", [
+    ("steady", 4 << 20, None, True), ("speed", 4 << 20, None, False), ("speed", 4 << 20, "1048576", True),
+    ("steady", (1 << 20) + 4096, None, False), ("steady", (1 << 20) + 4096, "1048576", True)])
+def test_the_allocator_profile_decides_where_mid_size_buffers_come_from(profile, size, user, fresh_mappings):
+    """``steady``: 4 MiB buffers are mappings of their own (given back on free), a 1 MiB Blosc
+    block's scratch (a little over 1 MiB) comes from the heap (reused: a fresh mapping for each was
+    half the plate's page faults); ``speed``: 4 MiB ones come from the heap too; a user's
+    MALLOC_MMAP_THRESHOLD_ wins over the profile."""
     import os
     import subprocess
     import sys
@@ -86,7 +89,7 @@ def test_the_allocator_profile_decides_where_mid_size_buffers_come_from(profile,
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "ZARRMILL_MALLOC_DEFAULTS"}
     if user:
         env["MALLOC_MMAP_THRESHOLD_"] = user
-    out = subprocess.run([sys.executable, "-c", ALLOCATION_PROBE, profile], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", ALLOCATION_PROBE, profile, str(size)], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert (int(out) >= 8) == fresh_mappings, out
 

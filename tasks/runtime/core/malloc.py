@@ -8,12 +8,12 @@ planes so creeps upward: on a 48-well plate ``ingest layout: well`` peaked at 10
 threshold at 648 MB, in the same time (manual: Performance). Fixing the thresholds turns that
 adjustment off, so a worker's memory is what its units declare (runtime/core/budget.py) and not
 what the allocator happened to keep. The price is a fresh mapping, page faults included, for every
-buffer of 1 MiB or more. Worker processes (dask's, batch jobs) inherit the environment variables
+buffer of 2 MiB or more. Worker processes (dask's, batch jobs) inherit the environment variables
 and apply them when they start; this process applies them through ``mallopt``.
 
 The threshold is chosen per job shape (``use_profile``, called for every unit): a unit that says
 ``"allocator": "speed"`` (a volume's regions: the same few large buffers again and again, which
-the heap reuses) runs with a 16 MiB threshold, everything else with 1 MiB. Measured on the 537 MB
+the heap reuses) runs with a 16 MiB threshold, everything else with 2 MiB. Measured on the 537 MB
 volume with its pyramid: 3.5-4.0 s at 440-450 MB instead of 4.2-4.4 s at 310-340 MB (manual: Performance).
 A user's own ``MALLOC_MMAP_THRESHOLD_`` wins over both."""
 from __future__ import annotations
@@ -29,9 +29,12 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": 1 << 20,  # 1 MiB and larger: mapped, unmapped on free
+DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": 2 << 20,  # 2 MiB and larger: mapped, unmapped on free
             "MALLOC_TRIM_THRESHOLD_": 1 << 16}  # heap tops above 64 KiB go back (dask's nanny uses the same)
-PROFILES = {"steady": 1 << 20, "speed": 16 << 20}  # mmap threshold per job shape
+# mmap threshold per job shape. steady: 2 MiB, above the scratch buffers of 1 MiB Blosc blocks
+# (the plate codec's), which at 1 MiB were each a fresh mapping: 640k page faults and 3.1 s of
+# system time on the 3-well plate, 320k and 2.0 s at 2 MiB (4.79 -> 3.96 s median, peak +70 MB)
+PROFILES = {"steady": 2 << 20, "speed": 16 << 20}
 OURS = "ZARRMILL_MALLOC_DEFAULTS"  # set where zarrmill chose the thresholds (children inherit both)
 _applied = False
 _profile = "steady"
