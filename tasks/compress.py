@@ -52,6 +52,7 @@ from .io.ngff.metadata import Level, make_axes, write_image_metadata
 from .io.readers.sources import Source, case_paths, default_axes, describe, open_source, refuse_name_collisions
 from .io.storage.subtrees import carry_subtrees
 from .runtime.core.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
+from .io.storage.fingerprint import fingerprint
 from .io.storage.location import Location, as_location, on_disk, stored_bytes, zarr_url
 
 SUMMARY = COMPRESS_SUMMARY
@@ -278,8 +279,12 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
 
 
 def _trial_key(p: Params, sources: list[Source]) -> str:
-    """What a codec trial depends on: the parameters (but the output's path) and the cases."""
-    text = json.dumps([p.model_dump(exclude={"output"}), [describe(s) for s in sources]], sort_keys=True, default=str)
+    """What a codec trial depends on: the parameters (but the output's path) and the cases, their
+    files' sizes and times included (a case rewritten in place is a new trial, never the old one's
+    choice: it might not reach ``min_ratio`` on the new pixels)."""
+    files = fingerprint([s.path for s in sources])
+    text = json.dumps([p.model_dump(exclude={"output"}), [describe(s) for s in sources], files], sort_keys=True,
+                      default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

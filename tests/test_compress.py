@@ -291,3 +291,11 @@ def test_a_rerun_keeps_the_codecs_its_trial_chose(cli, tmp_path):
     written = blosc2.open(str(tmp_path / "out" / "v.b2nd"), mode="r")
     assert written.schunk.cparams.codec == blosc2.Codec.ZLIB and written.schunk.cparams.clevel == 1
     np.testing.assert_array_equal(written[...], data)
+    # the case rewritten in place (same name, shape and dtype): a new trial, not the saved choice
+    other = volume((30, 40, 50), "uint16", seed=5)
+    np.save(tmp_path / "v.npy", other)
+    code, _, err = compress(cli, f"input={tmp_path / 'v.npy'}", f"output={tmp_path / 'out'}", "patch=[16,16,16]")
+    assert code == 0, err
+    written = blosc2.open(str(tmp_path / "out" / "v.b2nd"), mode="r")
+    assert written.schunk.cparams.codec != blosc2.Codec.ZLIB
+    np.testing.assert_array_equal(written[...], other)

@@ -108,3 +108,23 @@ def test_a_table_folder_outside_the_tables_list_is_never_written_into(tmp_path: 
     with pytest.raises(OutputExistsError, match=f"{TABLE}: exists and was not created by zarrmill"):
         write_roi_tables(image, FOVS, WELL, "/src/plate.zarr", guard)
     assert {p: p.read_bytes() for p in sorted(image.rglob("*")) if p.is_file()} == before
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_tables_are_never_written_through_a_planted_link(tmp_path: Path, owned: bool) -> None:
+    """A neighbour's link at image/tables leading out of the output: writing the ROI tables is
+    refused in one error, and nothing lands where the link points (owned or in-place output)."""
+    import os
+
+    from zarrmill.errors import UnsafeOutputError
+
+    image, outside = tmp_path / "img.zarr", tmp_path / "theirs"
+    outside.mkdir()
+    guard = OutputGuard(image, in_place=not owned)
+    if owned:
+        guard.claim("t")
+    zarr.open_group(str(image), mode="a", zarr_format=3)
+    os.symlink(outside, image / "tables")
+    with pytest.raises(UnsafeOutputError, match="outside the output"):
+        write_roi_tables(image, FOVS, WELL, "/src/plate.zarr", guard)
+    assert list(outside.iterdir()) == []

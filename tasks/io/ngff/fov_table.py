@@ -83,7 +83,12 @@ def write_roi_tables(image: Path, fov_rows: list[dict[str, Any]], well: dict[str
         node = as_location(image) / "tables" / name
         if not guard.skips_look(node) and guard.place.node_there(node):
             guard.remove(node, " (an ROI table of the same name)")
-    write_files(as_location(image) / "tables", {key: buffer.to_bytes() for key, buffer in files.items()})
+        guard.will_create(node, absent=True)  # this run's: a later look (follow's next round) is not skipped
+    # each file's path judged as it is written: a link planted at tables/ (or below) leading out of
+    # the output is refused, never written through
+    tables = guard.contain(as_location(image) / "tables", "the ROI tables' folder")
+    write_files(tables, {key: buffer.to_bytes() for key, buffer in files.items()
+                         if guard.contain(tables / key, "an ROI table file")})
 
 
 def write_anndata(group: zarr.Group, name: str, rows: list[dict[str, Any]], attrs: dict[str, Any]) -> None:

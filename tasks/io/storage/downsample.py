@@ -53,7 +53,7 @@ def _axis_counts(shape: tuple[int, ...], factors: tuple[int, ...]) -> np.ndarray
     return reduce(np.multiply, vectors)
 
 
-SLAB_BYTES = 2 * 2**20  # the float accumulator of one slab: stays in cache across its passes
+SLAB_BYTES = 2 * 2**20  # a slab's accumulator at 4 bytes a value (float64 ones: twice): stays in cache
 
 
 def _mean(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
