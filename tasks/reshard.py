@@ -260,14 +260,20 @@ def paint(unit: ComposeUnit | OverviewUnit, dst_path: Path, policy: str, read: F
     fovs = [Fov(f["path"], f["path"], (), tuple(f["size"]), pixel=tuple(f["pixel"]), extra=f) for f in unit.fovs]
     start = [a for a, _ in region]
     data = np.empty(tuple(b - a for a, b in region), dst.dtype)
-    # one index of the first lead axis (a channel) at a time, each written once composed: in a
-    # bucket its uploads run while the next is composed (uploads.py)
+    # one index of the first lead axis (a channel) at a time, each written once composed when its
+    # shards hold that index alone (in a bucket its uploads run while the next is composed,
+    # uploads.py); where a shard spans them (the overview) the whole region is written once at the
+    # end: a channel alone would rewrite every such shard once per channel
+    per_index = bool(n_lead) and tuple(getattr(dst, "shards", None) or dst.chunks)[0] == 1
     for k in range(data.shape[0] if n_lead else 1):
         lead_sl = tuple(slice(a + k, a + k + 1) if i == 0 else slice(a, b) for i, (a, b) in enumerate(region[:n_lead]))
         part = data[k:k + 1] if n_lead else data
         compose(region[n_lead:], fovs, policy, dst.dtype, part.shape[:n_lead],
                 lambda fov, spatial, into: read(fov, lead_sl, spatial, into), out=part)
-        write_region(dst, [start[0] + k] + start[1:] if n_lead else start, part, handed_over=True)
+        if per_index:
+            write_region(dst, [start[0] + k] + start[1:], part, handed_over=True)
+    if not per_index:
+        write_region(dst, start, data, handed_over=True)
     # the unit holds a whole (t, c) volume: its pyramid, from memory
     return data.nbytes + pyramid.write_levels_from(data, start, dst_path.parent,
                                                    unit.levels if isinstance(unit, ComposeUnit) else [], sparse=True)
