@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_object_store import floor, object_sizes, requests_since
+from bench_object_store import floor, generate_plate, object_sizes, requests_since
 from measure import run_measured, table, zarrmill
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -60,12 +60,9 @@ def main() -> None:
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the before checkout as it is
     sides = {"before": shim(args.before, work, "before"), "after": shim(HERE, work, "after")}
     try:
-        wells = ",".join(f"{'BCDEFG'[i // 10]}{3 + i % 10:02d}" for i in range(args.wells))
         raw = work / "raw"
         os.environ["PYTHONPATH"] = sides["after"]
-        run_measured(zarrmill("task", "generate-plate", "--set", f"output={raw}", "--set", f"wells=[{wells}]",
-                              "--set", "grid=[3,3]", "--set", "shape=[540,640]", "--set", "z_planes=5",
-                              "--set", "channels=2"))
+        generate_plate(raw, args.wells)
         rows, ratios = [], {"before": [], "after": []}
         for pair in range(args.pairs):
             for side in (("before", "after") if pair % 2 == 0 else ("after", "before")):

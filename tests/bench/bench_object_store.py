@@ -64,6 +64,14 @@ def floor(server: S3Server, bucket: str, sizes: list[int], in_flight: int = 16) 
     return time.perf_counter() - t0
 
 
+def generate_plate(raw: Path, n_wells: int, grid: int = 3, shape: str = "540,640", z: int = 5, channels: int = 2) -> None:
+    """The benchmark's CellVoyager folder: ``n_wells`` wells (B03, B04, ... row by row)."""
+    wells = ",".join(f"{'BCDEFG'[i // 10]}{3 + i % 10:02d}" for i in range(n_wells))
+    run_measured(zarrmill("task", "generate-plate", "--set", f"output={raw}", "--set", f"wells=[{wells}]",
+                          "--set", f"grid=[{grid},{grid}]", "--set", f"shape=[{shape}]",
+                          "--set", f"z_planes={z}", "--set", f"channels={channels}"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--wells", type=int, default=4)
@@ -78,11 +86,8 @@ def main() -> None:
     server = S3Server().start(log)
     os.environ.update(server.env())
     try:
-        wells = ",".join(f"{'BCDEFG'[i // 10]}{3 + i % 10:02d}" for i in range(args.wells))
         raw = work / "raw"
-        run_measured(zarrmill("task", "generate-plate", "--set", f"output={raw}", "--set", f"wells=[{wells}]",
-                              "--set", f"grid=[{args.grid},{args.grid}]", "--set", f"shape=[{args.shape}]",
-                              "--set", f"z_planes={args.z}", "--set", f"channels={args.channels}"))
+        generate_plate(raw, args.wells, args.grid, args.shape, args.z, args.channels)
         rows = []
         for rep in range(args.repeat):
             bucket = server.make_bucket(f"bench-{rep}")

@@ -125,33 +125,17 @@ def _read_raw_tiff(path: Path, out: np.ndarray) -> bool:
 
 def _read_rows(fd: int, offset: int, out: np.ndarray) -> int:
     """Read ``out.nbytes`` bytes from ``offset`` into the rows of ``out`` (a 2D view whose rows are
-    contiguous): no plane buffer and no copy from it. Bytes read (fewer at the file's end)."""
+    contiguous): no plane buffer and no copy from it. Bytes read: fewer only at the file's end (a
+    short read is taken as the end, as the contiguous path's single ``readinto`` takes it)."""
     rows = [memoryview(row).cast("B") for row in out]
     got = 0
     for i in range(0, len(rows), _IOV_MAX):
         batch = rows[i:i + _IOV_MAX]
-        want = sum(len(r) for r in batch)
         n = os.preadv(fd, batch, offset + got)
         got += n
-        if n < want:  # a short read: the rest one row at a time, to the file's end
-            for row in _rows_after(batch, n):
-                k = os.preadv(fd, [row], offset + got)
-                got += k
-                if k < len(row):
-                    return got
+        if n < sum(len(r) for r in batch):
+            break
     return got
-
-
-def _rows_after(batch: list[memoryview], n: int) -> list[memoryview]:
-    """The parts of ``batch`` not yet filled after ``n`` bytes."""
-    left = []
-    for row in batch:
-        if n >= len(row):
-            n -= len(row)
-            continue
-        left.append(row[n:])
-        n = 0
-    return left
 
 
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
