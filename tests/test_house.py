@@ -1,7 +1,9 @@
 """The house's rules that a reader of the code relies on (docs/development.md, "The house"):
 imports only go down the layers; a batch scheduler lives in one module of ``runtime/execution/schedulers/``
 (adding one touches that file only; nothing else names one), checked on a copy of the package with
-a scheduler added as one new file; nothing outside io/storage asks whether a location is remote."""
+a scheduler added as one new file; a kind of storage is one module of ``io/storage/kinds/`` (a copy
+of the package reads file:// URLs once one file declares them); nothing outside io/storage asks
+whether a location is remote."""
 from __future__ import annotations
 
 import ast
@@ -147,3 +149,50 @@ steps:
     script = zarrmill_("submit", str(workflow("{queue: default}")), "--print", "--time", "02:00:00")
     assert script.returncode == 0, script.stderr  # the workflow's scheduler is the driver's
     assert "#OAR -l walltime=02:00:00" in script.stdout
+
+
+FILE_URL = '''"""file:// URLs of this machine's files, read only: the one file that adds them."""
+from .base import DISK, StorageKind
+
+
+class FileUrl(StorageKind):
+    name, schemes, traits, rank, shown = "file URL", ("file",), DISK, 30, "file:///path"
+
+    def zarr_path(self, scheme: str, rest: str) -> str:
+        return "/" + rest.lstrip("/")  # file:///data/img.zarr is /data/img.zarr
+
+
+KIND = FileUrl()
+'''
+
+
+def test_a_storage_kind_is_added_by_one_module(tmp_path):
+    """A read-only kind (file:// URLs) added as one file in io/storage/kinds/: the tasks read it with
+    the same pixels, the URL checks offer it and refuse it as an output in one line."""
+    import numpy as np
+    import zarr
+
+    copy = tmp_path / "lib" / "zarrmill"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "PYTHONSAFEPATH": "1"}
+
+    def task(name: str, *sets: str) -> subprocess.CompletedProcess:
+        args = [a for s in sets for a in ("--set", s)]
+        return subprocess.run([sys.executable, "-m", "zarrmill", "task", name, "--executor", "sync", *args],
+                              capture_output=True, text=True, env=env, cwd=tmp_path)
+
+    img = tmp_path / "img.zarr"
+    made = task("generate", f"output={img}", "shape=[2,16,64,64]", "axes=czyx", "chunks=[1,8,32,32]")
+    assert made.returncode == 0, made.stderr
+    before = task("rechunk", f"input=file://{img}", f"output={tmp_path / 'copy.zarr'}", "chunks=[1,4,16,16]")
+    assert before.returncode == 2 and "does not serve" in before.stderr, before.stderr  # not yet a kind
+    (copy / "io" / "storage" / "kinds" / "file_url.py").write_text(FILE_URL)
+    read = task("rechunk", f"input=file://{img}", f"output={tmp_path / 'copy.zarr'}", "chunks=[1,4,16,16]")
+    assert read.returncode == 0, read.stderr
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "copy.zarr" / "0"))[:],
+                                  zarr.open_array(str(img / "0"))[:])
+    written = task("rechunk", f"input={img}", f"output=file://{tmp_path / 'out.zarr'}", "chunks=[1,4,16,16]")
+    assert written.returncode == 2 and "which zarrmill only reads" in written.stderr, written.stderr
+    assert not (tmp_path / "out.zarr").exists()
+    other = task("rechunk", f"input=gs://b/{img.name}", f"output={tmp_path / 'x.zarr'}")
+    assert other.returncode == 2 and "and reads https:// and file:///path" in other.stderr, other.stderr

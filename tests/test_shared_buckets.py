@@ -213,6 +213,7 @@ def test_one_client_per_bucket_however_many_arrays_are_opened(cli, tmp_path, buc
     import zarr
 
     from zarrmill.io.storage import location
+    from zarrmill.io.storage.kinds import s3
 
     raw = generate(cli, tmp_path / "raw")
     url = f"s3://{bucket}/p.ome.zarr"
@@ -221,7 +222,7 @@ def test_one_client_per_bucket_however_many_arrays_are_opened(cli, tmp_path, buc
     paths = [f"{url}/{w}/{f}/0" for w in ("B/03", "C/04") for f in range(4)]
     for path in paths:
         zarr.open_array(location.zarr_url(as_location(path)), mode="r")[...]
-    assert len(location._STORES) == 1, "one obstore client for the bucket, not one per array"
+    assert len(s3._STORES) == 1, "one obstore client for the bucket, not one per array"
 
 
 def test_a_credential_in_the_storage_endpoint_is_refused(cli, tmp_path):

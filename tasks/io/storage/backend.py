@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 from .disk_backend import NO_HARD_LINKS, DiskBackend, Version  # noqa: F401 - re-exported
-from .location import Location, Where, as_location, is_remote, key_of
+from .kinds import kind_of
+from .location import Location, Where, as_location, key_of
 from .object_store import ConditionFailed, delete_keys, get, has_objects, head, keys_under, put
 from .paths import checked_key
 
@@ -90,5 +91,6 @@ class ObjectBackend:
         delete_keys(self.root, [key_of(self.path(k)) for k in keys])
 
 
-def backend_for(root: Where) -> DiskBackend | ObjectBackend:
-    return ObjectBackend(root) if is_remote(root) else DiskBackend(root)
+def backend_for(root: Where) -> Backend:
+    """The bookkeeping backend of the kind of storage ``root`` is in (kinds/)."""
+    return kind_of(root).load("backend")(root)

@@ -16,7 +16,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Iterable
 
-from .location import JsonValue, Location, is_remote, key_of, s3_client
+from .kinds.s3 import s3_client
+from .location import JsonValue, Location, is_remote, key_of
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -120,7 +121,7 @@ def put_many(objects: dict[Location, bytes]) -> None:
 
     import obstore
 
-    targets = [(*s3_client(path), data) for path, data in objects.items()]
+    targets = [(*s3_client(str(path)), data) for path, data in objects.items()]
 
     async def send() -> None:
         gate = asyncio.Semaphore(PUTS_AT_ONCE)

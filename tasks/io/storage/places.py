@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Iterable, Protocol
 
+from ...errors import ConfigError
 from .backend import Backend
-from .location import Location, Where, is_remote
-from .paths import bookkeeping_dir
-from .place_bucket import BucketPlace, bucket_bookkeeping
-from .place_disk import DiskPlace
+from .kinds import kind_of
+from .kinds.base import StorageKind
+from .location import Location, Where
 
 
 class Place(Protocol):
@@ -52,8 +52,15 @@ class Place(Protocol):
 def bookkeeping_of(root: Where) -> Location:
     """Where zarrmill keeps a store's bookkeeping: ``.<name>.zarrmill`` beside it, in its folder or
     its bucket prefix."""
-    return bucket_bookkeeping(root) if is_remote(root) else bookkeeping_dir(root)
+    return _writable_kind(root).load("bookkeeping")(root)
 
 
 def place_of(root: Where, inputs: Iterable[Where] = ()) -> Place:
-    return BucketPlace(root, inputs) if is_remote(root) else DiskPlace(root, inputs)
+    return _writable_kind(root).load("place")(root, inputs)
+
+
+def _writable_kind(root: Where) -> StorageKind:
+    kind = kind_of(root)
+    if not kind.writable:
+        raise ConfigError(f"{root}: zarrmill only reads a {kind.name}; write to a local path or a bucket")
+    return kind

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 from ...errors import InputError
 from ...io.storage.atomic import canonical_json
 from ...io.storage.backend import backend_for
-from ...io.storage.location import traits_of
+from ...io.storage.location import traits_of, written_there
 from ...io.storage.places import bookkeeping_of
 
 FLUSH_EVERY_S = 1.0
@@ -149,8 +149,8 @@ def diff_params(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def list_steps(root: Any) -> list[tuple[str, StepRecord, int]]:
     """(step, record, units done) for every step recorded under ``root``."""
-    if str(root).startswith(("http://", "https://")):
-        return []  # a read-only web store keeps no ledger
+    if not written_there(root):
+        return []  # zarrmill only reads there: it keeps no ledger
     names = sorted({key.split("/", 1)[0] for key in backend_for(bookkeeping_of(root) / "steps").keys() if "/" in key})
     out = []
     for name in names:

@@ -38,9 +38,9 @@ def input_record(path: Path) -> dict[str, Any]:
 
 def _remote_input_record(path: Any) -> dict[str, Any]:
     """The same summary for an input in a bucket, from one listing (not a request per object)."""
-    from ...io.storage.location import key_of
+    from ...io.storage.location import key_of, traits_of
 
-    if str(path).startswith(("http://", "https://")):
+    if not traits_of(path).lists:
         return {"path": str(path)}
     try:
         found = path.fs.find(key_of(path), detail=True)

@@ -281,12 +281,12 @@ def _not_a_store(store: Path, result: Any) -> bool:
 
 @command("check")
 def cmd_check(args: argparse.Namespace) -> int:
-    from ...io.storage.location import as_location, check_url
+    from ...io.storage.location import as_location, check_url, traits_of
     from .check import check_output
     from ..core.provenance import read_provenance
 
     check_url(args.store, write=False, what="store")
-    if str(args.store).startswith(("http://", "https://")):
+    if not traits_of(args.store).lists:
         raise ConfigError(f"{args.store}: check walks a store by listing it, and a web server lists nothing; "
                           "check a local copy or the s3:// location")
     store = as_location(args.store)

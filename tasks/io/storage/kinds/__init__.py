@@ -1,0 +1,47 @@
+"""Kinds of storage, one module each: a module here that sets ``KIND`` (a ``base.StorageKind``) is
+registered, and the rest of zarrmill (URL checks, opening a node, the output guard's place, the
+bookkeeping backend, what a kind offers) reads the kinds through ``kind_of`` only. Adding a kind is
+adding its module."""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+
+from ....errors import ConfigError
+from .base import StorageKind, scheme_of
+
+
+def _registered() -> list[StorageKind]:
+    found = []
+    for module in pkgutil.iter_modules(__path__):
+        declared = getattr(importlib.import_module(f"{__name__}.{module.name}"), "KIND", None)
+        if isinstance(declared, StorageKind):
+            found.append(declared)
+    return sorted(found, key=lambda k: (k.rank, k.name))
+
+
+KINDS: list[StorageKind] = _registered()
+_BY_SCHEME: dict[str | None, StorageKind] = {s: k for k in KINDS for s in (k.schemes or (None,))}
+
+
+def kind_of(where: str | os.PathLike[str]) -> StorageKind:
+    """The kind that serves ``where``: the local one for a path, else the one of its URL scheme."""
+    scheme = scheme_of(where)
+    if scheme not in _BY_SCHEME:
+        raise ConfigError(f"{where}: {scheme}:// is not a kind of storage zarrmill serves")
+    return _BY_SCHEME[scheme]
+
+
+def served(scheme: str) -> StorageKind | None:
+    return _BY_SCHEME.get(scheme)
+
+
+def offer() -> str:
+    """What zarrmill reads and writes, for a user whose URL it does not serve."""
+    writes = [k.shown for k in KINDS if k.schemes and k.writable]
+    reads = [k.shown for k in KINDS if k.schemes and not k.writable]
+    text = "it reads and writes local paths" + "".join(f" and {w}" for w in writes)
+    text += f", and reads {' and '.join(reads)}" if reads else ""
+    hints = " ".join(k.hint for k in KINDS if k.hint)
+    return f"{text} ({hints})" if hints else text
