@@ -152,14 +152,19 @@ steps:
 
 
 FILE_URL = '''"""file:// URLs of this machine's files, read only: the one file that adds them."""
+from pathlib import Path
+
 from .base import DISK, StorageKind
 
 
 class FileUrl(StorageKind):
     name, schemes, traits, rank, shown = "file URL", ("file",), DISK, 30, "file:///path"
 
+    def local_path(self, text: str) -> Path:
+        return Path("/" + text.split("://", 1)[1].lstrip("/"))  # file:///data/img.zarr is /data/img.zarr
+
     def zarr_path(self, scheme: str, rest: str) -> str:
-        return "/" + rest.lstrip("/")  # file:///data/img.zarr is /data/img.zarr
+        return str(self.local_path(f"{scheme}://{rest}"))
 
 
 KIND = FileUrl()
@@ -168,7 +173,9 @@ KIND = FileUrl()
 
 def test_a_storage_kind_is_added_by_one_module(tmp_path):
     """A read-only kind (file:// URLs) added as one file in io/storage/kinds/: the tasks read it with
-    the same pixels, the URL checks offer it and refuse it as an output in one line."""
+    the same pixels, the URL checks offer it and refuse it as an output in one line, and the output
+    guard sees through it: an output that is the input by its file:// URL is refused, --overwrite
+    or not, and the input is left as it was."""
     import numpy as np
     import zarr
 
@@ -177,7 +184,7 @@ def test_a_storage_kind_is_added_by_one_module(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "PYTHONSAFEPATH": "1"}
 
     def task(name: str, *sets: str) -> subprocess.CompletedProcess:
-        args = [a for s in sets for a in ("--set", s)]
+        args = [a for s in sets for a in ((s,) if s.startswith("--") else ("--set", s))]
         return subprocess.run([sys.executable, "-m", "zarrmill", "task", name, "--executor", "sync", *args],
                               capture_output=True, text=True, env=env, cwd=tmp_path)
 
@@ -194,5 +201,33 @@ def test_a_storage_kind_is_added_by_one_module(tmp_path):
     written = task("rechunk", f"input={img}", f"output=file://{tmp_path / 'out.zarr'}", "chunks=[1,4,16,16]")
     assert written.returncode == 2 and "which zarrmill only reads" in written.stderr, written.stderr
     assert not (tmp_path / "out.zarr").exists()
+    before = _tree(img)
+    same = task("rechunk", f"input=file://{img}", f"output={img}", "chunks=[1,4,16,16]", "--overwrite")
+    assert same.returncode == 2 and "the output is the input" in same.stderr, same.stderr
+    assert _tree(img) == before
     other = task("rechunk", f"input=gs://b/{img.name}", f"output={tmp_path / 'x.zarr'}")
     assert other.returncode == 2 and "and reads https:// and file:///path" in other.stderr, other.stderr
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"" for p in sorted(root.rglob("*"))}
+
+
+def test_a_kind_that_would_take_over_another_kinds_paths_is_refused_at_import():
+    """A second kind of local paths or of s3://, a kind declared in part, or a local kind without a
+    local path would silently change where zarrmill writes or what its guard compares: refused."""
+    import pytest
+
+    from zarrmill.io.storage.kinds import KINDS, by_scheme
+    from zarrmill.io.storage.kinds.base import DISK, SERVER, StorageKind
+
+    def kind(name: str, schemes: tuple[str, ...], traits=SERVER, **declared: str) -> StorageKind:
+        return type(name, (StorageKind,), {"name": name, "schemes": schemes, "traits": traits, **declared})()
+
+    assert {s for s in by_scheme(KINDS)} == {None, "s3", "https", "http"}
+    cases = {"local paths": kind("zip", ()), "s3": kind("mirror", ("s3",)),
+             "some of place": kind("half", ("gs",), place=".place_bucket:BucketPlace"),
+             "no local_path": kind("nfs", ("nfs",), traits=DISK)}
+    for why, wrong in cases.items():
+        with pytest.raises(ImportError, match=why):
+            by_scheme([*KINDS, wrong])

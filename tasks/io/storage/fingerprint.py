@@ -16,7 +16,7 @@ from typing import Iterable
 
 from .ozx_path import OzxPath
 from .paths import is_bookkeeping_name
-from .location import is_remote, location_key
+from .location import is_remote, location_key, on_disk
 
 HASH_UP_TO = 64 * 1024
 # a folder with more files than this is recorded as one entry for its pixel files (count, bytes and
@@ -51,9 +51,10 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
     own folder name down (``plate.zarr/B/03/zarr.json``), so the same input reached through
     another mount or path has the same fingerprint; inputs in ``skip`` (a store the step itself
     writes into) are left out."""
-    skipped = {location_key(s) for s in skip}
+    skipped = {location_key(on_disk(s) or s) for s in skip}
     out: Fingerprint = {}
     for inp in inputs:
+        inp = on_disk(inp) or inp  # a local kind's URL: its files, by path (mtimes, not listings)
         if is_remote(inp):
             if location_key(inp) not in skipped:
                 out.update(_remote_fingerprint(inp))
@@ -91,9 +92,9 @@ def fingerprint(inputs: Iterable[str | os.PathLike[str]], skip: Iterable[str | o
 def _remote_fingerprint(top) -> Fingerprint:
     """{url: [size, ETag]} of every object under a remote input: an object rewritten in place gets
     a new ETag (S3's content hash for a single PUT)."""
-    from .location import key_of
+    from .location import key_of, traits_of
 
-    if str(top).startswith(("http://", "https://")):
+    if not traits_of(top).lists:
         from ...errors import warn
 
         warn(top, "a web server lists no files: this input is not fingerprinted, so a rerun does not notice "

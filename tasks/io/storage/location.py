@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Union
 
 from ...errors import ConfigError
 from .kinds import kind_of, offer, served
-from .kinds.base import Traits, is_upath, scheme_of
+from .kinds.base import Traits, is_upath, scheme_of  # noqa: F401 - callers ask location, not the kinds
 from .ozx_path import OzxPath, split_ozx
-
-__all__ = ["Traits", "is_upath", "scheme_of"]  # told here too: callers ask location, not the kinds
 
 # a path a user typed with one slash where two belong: Path() turned s3://b into s3:/b on the way
 COLLAPSED = re.compile(r"^(s3|gs|gcs|az|abfs|https?):/[^/]")
@@ -54,7 +52,7 @@ def on_disk(path: Where) -> Path | OzxPath | None:
     """``path`` as a local ``Path``, or None where it names a bucket or web server (for what only a
     local file system offers: memory maps, scanning a folder by its file names)."""
     if is_remote(path):
-        return None
+        return kind_of(path).local_path(str(path))  # a kind whose data is on this machine says where
     return path if isinstance(path, (Path, OzxPath)) else Path(path)
 
 

@@ -13,7 +13,7 @@ from typing import Iterable
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from . import guard_empty, guard_fs
 from .backend import DiskBackend
-from .location import Location, Where, is_remote, zarr_url
+from .location import Location, Where, on_disk, zarr_url
 from .paths import CLAIM_FILE, LOCK_FILES, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete, real
 
 
@@ -37,7 +37,8 @@ class DiskPlace:
 
     def __init__(self, root: Where, inputs: Iterable[Where]):
         self.root = Path(os.path.abspath(root))
-        self.inputs = [Path(os.path.abspath(p)) for p in inputs if not is_remote(p)]  # a bucket cannot overlap
+        # an input on this machine, by path or by a local kind's URL; a bucket cannot overlap
+        self.inputs = [Path(os.path.abspath(local)) for local in map(on_disk, inputs) if local is not None]
         self.bookkeeping = bookkeeping_dir(self.root)
         self.meta, self.store = DiskBackend(self.bookkeeping), DiskBackend(self.root, judged=self._judged)
         self.real_root: Path | None = None  # the root's real path and (device, inode), as judged

@@ -62,5 +62,5 @@ def place_of(root: Where, inputs: Iterable[Where] = ()) -> Place:
 def _writable_kind(root: Where) -> StorageKind:
     kind = kind_of(root)
     if not kind.writable:
-        raise ConfigError(f"{root}: zarrmill only reads a {kind.name}; write to a local path or a bucket")
+        raise ConfigError(f"{root}: zarrmill only reads a {kind.name}; write to a local path or a kind it writes")
     return kind

@@ -29,7 +29,7 @@ class PrefixedStore(WrapperStore):
     def __init__(self, store: Store, prefix: str, client: ObjectStoreClient | None = None):
         super().__init__(store)
         self.prefix = prefix.strip("/")
-        self.client = client  # obstore's client inside ``store`` (location.py keeps it): writes choose their parts
+        self.client = client  # obstore's client inside ``store`` (kinds/s3.py keeps it): writes choose their parts
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix and key else (self.prefix or key)

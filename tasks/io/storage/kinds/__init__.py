@@ -21,15 +21,32 @@ def _registered() -> list[StorageKind]:
     return sorted(found, key=lambda k: (k.rank, k.name))
 
 
+def by_scheme(kinds: list[StorageKind]) -> dict[str | None, StorageKind]:
+    """The kind of each scheme (None: local paths). A scheme claimed twice, or a kind declared in
+    part, is refused here, at import: a kind module must never take over paths another serves."""
+    table: dict[str | None, StorageKind] = {}
+    for kind in kinds:
+        wrong = kind.problems()
+        for scheme in kind.schemes or (None,):
+            if scheme in table:
+                wrong.append(f"claims {scheme or 'local paths'}, which {table[scheme].name} serves")
+            table[scheme] = kind
+        if wrong:
+            raise ImportError(f"zarrmill storage kind {kind.name!r}: " + "; ".join(wrong))
+    if None not in table:
+        raise ImportError("zarrmill storage kinds: none serves local paths")
+    return table
+
+
 KINDS: list[StorageKind] = _registered()
-_BY_SCHEME: dict[str | None, StorageKind] = {s: k for k in KINDS for s in (k.schemes or (None,))}
+_BY_SCHEME = by_scheme(KINDS)
 
 
 def kind_of(where: str | os.PathLike[str]) -> StorageKind:
     """The kind that serves ``where``: the local one for a path, else the one of its URL scheme."""
     scheme = scheme_of(where)
     if scheme not in _BY_SCHEME:
-        raise ConfigError(f"{where}: {scheme}:// is not a kind of storage zarrmill serves")
+        raise ConfigError(f"{where}: uses {scheme}://, which zarrmill does not serve; {offer()}")
     return _BY_SCHEME[scheme]
 
 

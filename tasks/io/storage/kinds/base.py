@@ -1,8 +1,9 @@
 """What a kind of storage declares, once, in its own module (kinds/<name>.py): the URL schemes it
 serves, what it offers (``Traits``), whether zarrmill writes there, the rules a URL of it must
 follow, how zarr opens a node of it, and, where zarrmill writes, the classes that guard a store there
-(a ``Place``) and keep its bookkeeping (a ``Backend``). Everything else reads the kinds through
-``kinds.kind_of``; nothing outside this folder asks which kind a location is."""
+(a ``Place``) and keep its bookkeeping (a ``Backend``). Code elsewhere asks ``kinds.kind_of`` for these;
+a kind that keeps its data on this machine (``Traits.local``) also says where (``local_path``), so
+the output guard compares it with the output as a path."""
 from __future__ import annotations
 
 import importlib
@@ -55,11 +56,12 @@ class StorageKind:
     name: ClassVar[str]  # for messages and the registry
     schemes: ClassVar[tuple[str, ...]]  # the URL schemes it serves; () for local paths
     traits: ClassVar[Traits]
-    rank: ClassVar[int] = 50  # order in messages
+    rank: ClassVar[int] = 50  # order in messages (a scheme belongs to one kind only: registering two is refused)
     shown: ClassVar[str] = ""  # how the help names its URLs ("s3://bucket/prefix")
     hint: ClassVar[str] = ""  # a sentence for a user whose scheme zarrmill does not serve
     # where zarrmill writes: "module:name" of the Place, the Backend and the bookkeeping function,
-    # relative to io/storage (imported when first used: no import of a kind goes up to them)
+    # relative to io/storage with the leading dot (".place_disk:DiskPlace"), all three or none
+    # (imported when first used: no import of a kind goes up to them)
     place: ClassVar[str] = ""
     backend: ClassVar[str] = ""
     bookkeeping: ClassVar[str] = ""
@@ -67,6 +69,10 @@ class StorageKind:
     @property
     def writable(self) -> bool:
         return bool(self.place)
+
+    def local_path(self, text: str) -> Path | None:
+        """The file or folder of this machine that ``text`` names, for a kind whose data is local."""
+        return None
 
     def check(self, text: str, write: bool, what: str) -> None:
         """One line for a URL of this kind that zarrmill cannot serve; nothing when it can."""
@@ -83,6 +89,18 @@ class StorageKind:
         if not getattr(self, which):
             from ....errors import ConfigError
 
-            raise ConfigError(f"zarrmill only reads a {self.name}: it keeps no {which} there")
+            raise ConfigError(f"zarrmill only reads a {self.name}: it keeps no {which} there; write to a local path "
+                              "or a kind it writes")
         module, _, name = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module, package=__package__.rsplit(".", 1)[0]), name)
+
+    def problems(self) -> list[str]:
+        """What is wrong with this declaration (checked when the kinds are registered)."""
+        out = []
+        declared = [bool(getattr(self, w)) for w in ("place", "backend", "bookkeeping")]
+        if any(declared) and not all(declared):
+            out.append("declares some of place, backend and bookkeeping: a kind zarrmill writes needs all three")
+        if self.schemes and self.traits.local and type(self).local_path is StorageKind.local_path:
+            out.append("keeps its data on this machine (traits.local) but has no local_path: the output guard "
+                       "could not compare it with an output")
+        return out

@@ -17,6 +17,9 @@ class Disk(StorageKind):
     name, schemes, traits, rank = "disk", (), DISK, 0
     place, backend, bookkeeping = ".place_disk:DiskPlace", ".disk_backend:DiskBackend", ".paths:bookkeeping_dir"
 
+    def local_path(self, text: str) -> Path:
+        return Path(text)
+
     def zarr_path(self, scheme: str | None, rest: str) -> str | StorePath:
         """The path itself; a node inside an ``.ozx``: zarr-python's ``ZipStore`` over the archive."""
         inside = split_ozx(rest)
