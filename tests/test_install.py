@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -60,9 +61,13 @@ def _fresh_env(tmp_path: Path) -> Path:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "zz-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    wheel_dir = tmp_path / "wheel"
+    wheel_dir, source = tmp_path / "wheel", tmp_path / "source"
+    # built from a copy without build/ or *.egg-info: setuptools reuses an earlier build's files
+    # there, so a package left out of pyproject's list would still be in the wheel
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info",
+                                                                "__pycache__", "site"))
     build = subprocess.run([str(python), "-m", "pip", "wheel", "--no-deps", "-q",
-                            "-w", str(wheel_dir), str(REPO)], capture_output=True, text=True)
+                            "-w", str(wheel_dir), str(source)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     wheel = next(wheel_dir.glob("zarrmill-*.whl"))
     inst = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", "-q",
@@ -76,7 +81,11 @@ def test_plain_install_imports_as_zarrmill_beside_a_users_own_tasks(tmp_path):
     python = _fresh_env(tmp_path)
     with zipfile.ZipFile(next((tmp_path / "wheel").glob("*.whl"))) as wheel:
         top = {n.split("/")[0] for n in wheel.namelist()}
+        packaged = {n.rsplit("/", 1)[0] for n in wheel.namelist() if n.endswith("/__init__.py")}
     assert "zarrmill" in top and "tasks" not in top, top
+    folders = {("zarrmill" / f.parent.relative_to(REPO / "tasks")).as_posix()
+               for f in (REPO / "tasks").rglob("__init__.py") if "__pycache__" not in f.parts}
+    assert folders <= packaged, f"not in pyproject's packages: {sorted(folders - packaged)}"
 
     user = tmp_path / "user-project"
     (user / "tasks").mkdir(parents=True)
