@@ -138,13 +138,19 @@ def test_overwrite_replaces_only_its_own_store_and_leaves_neighbours(cli, tmp_pa
     assert s3env.objects(f"{bucket}/p.ome.zarr-notes") == {"readme.txt": b"a neighbour sharing the name's start"}
 
 
-@pytest.mark.parametrize("case", ["no bucket", "wrong secret", "unknown key", "unreachable", "gs scheme",
-                                  "one slash", "https output", "whole bucket"])
-def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path, bucket, s3env, monkeypatch, case):
+@pytest.mark.parametrize("case", ["no bucket", "wrong secret", "unknown key", "no credentials", "unreachable",
+                                  "gs scheme", "one slash", "https output", "whole bucket"])
+def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path, tmp_path_factory, bucket, s3env,
+                                                                  monkeypatch, case):
+    """One line, exit 2, nothing written; and no credential (the right one or the wrong one) in the
+    line, the run's log or a crash file."""
+    state = tmp_path_factory.mktemp("state")  # error logs and crash files: a fake root, outside tmp_path
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
     raw = generate(cli, tmp_path / "raw")
     url = f"s3://{bucket}/p.ome.zarr"
     expect = {"no bucket": "does not exist", "wrong secret": "refused the credentials",
-              "unknown key": "refused the credentials", "unreachable": "cannot reach the S3 endpoint",
+              "unknown key": "refused the credentials", "no credentials": "no S3 credentials found",
+              "unreachable": "cannot reach the S3 endpoint",
               "gs scheme": "does not serve", "one slash": "one '/' after the scheme",
               "https output": "only reads", "whole bucket": "names a whole bucket"}[case]
     if case == "no bucket":
@@ -153,6 +159,12 @@ def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path,
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     elif case == "unknown key":
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAKEYATALL0000")
+    elif case == "no credentials":  # none anywhere botocore looks: environment, files, instance metadata
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(state / "no-credentials"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(state / "no-config"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     elif case == "unreachable":
         from s3_server import free_port
 
@@ -173,6 +185,10 @@ def test_bad_object_store_settings_are_one_line_and_write_nothing(cli, tmp_path,
     assert code == 2 and len(errors) == 1 and expect in errors[0], err
     assert time.monotonic() - t0 < 60, "refused before any work"
     assert set(os.listdir(tmp_path)) == before, "nothing written locally (no folder named s3:)"
+    for secret in (s3env.secret, "not-the-secret"):
+        assert secret not in err
+        for path in state.rglob("*"):
+            assert not path.is_file() or secret.encode() not in path.read_bytes(), path
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3env.secret)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3env.key)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3env.endpoint)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 from .disk_backend import NO_HARD_LINKS, DiskBackend, Version  # noqa: F401 - re-exported
-from .kinds import kind_of
+from .kinds import writable_kind
 from .location import Location, Where, as_location, key_of
 from .object_store import ConditionFailed, delete_keys, get, has_objects, head, keys_under, put
 from .paths import checked_key
@@ -93,4 +93,4 @@ class ObjectBackend:
 
 def backend_for(root: Where) -> Backend:
     """The bookkeeping backend of the kind of storage ``root`` is in (kinds/)."""
-    return kind_of(root).load("backend")(root)
+    return writable_kind(root).load("backend")(root)

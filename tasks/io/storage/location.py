@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 from ...errors import ConfigError
-from .kinds import kind_of, offer, served
+from .kinds import kind_of, write_to
 from .kinds.base import Traits, is_upath, scheme_of  # noqa: F401 - callers ask location, not the kinds
 from .ozx_path import OzxPath, split_ozx
 
@@ -75,18 +75,10 @@ def check_url(text: str, *, write: bool, what: str = "path") -> None:
     scheme = scheme_of(text)
     if scheme is None:
         return
-    kind = served(scheme)
-    if kind is None:
-        raise ConfigError(f"{text}: {what} uses {scheme}://, which zarrmill does not serve; {offer()}")
+    kind = kind_of(text, what)
     if write and not kind.writable:
-        raise ConfigError(f"{text}: {what} is {scheme}://, which zarrmill only reads; write to {_writable()}")
+        raise ConfigError(f"{text}: {what} is {scheme}://, which zarrmill only reads; write to {write_to()}")
     kind.check(str(text), write, what)
-
-
-def _writable() -> str:
-    from .kinds import KINDS
-
-    return " or ".join(["a local path"] + [k.shown for k in KINDS if k.schemes and k.writable])
 
 
 def as_location(path: Where) -> Location:
@@ -202,11 +194,8 @@ def apply_storage_block(block: dict[str, JsonValue] | None) -> None:
 def zarr_url(path: Where) -> str | StorePath:
     """What zarr-python opens for ``path``: the path itself on disk (or a node in an ``.ozx``); in a
     bucket or on a web server, a ``StorePath`` at that node made by its kind (kinds/)."""
-    text = str(path)
-    scheme = scheme_of(path)
-    if scheme is None:
-        return kind_of(path).zarr_path(None, text)
-    return kind_of(path).zarr_path(scheme, text.split("://", 1)[1])
+    scheme, text = scheme_of(path), str(path)
+    return kind_of(path).zarr_path(scheme, text.split("://", 1)[1] if scheme else text)
 
 
 def in_bucket(arr: object) -> bool:

@@ -213,9 +213,12 @@ def describe_access_error(root: Location, err: BaseException) -> str:
     lowered = text.lower()
     if "nosuchbucket" in lowered or "specified bucket does not exist" in lowered:
         return f"{root}: bucket {bucket!r} does not exist (create it, or check the bucket name and endpoint)"
+    if any(s in lowered for s in ("nocredentials", "unable to locate credentials", "no s3 credentials found")):
+        return (f"{root}: no S3 credentials found for bucket {bucket!r} (set AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or storage: {anonymous: true} for a public bucket)")
     if isinstance(err, PermissionError) or any(s in lowered for s in (
             "invalidaccesskeyid", "signaturedoesnotmatch", "signature we calculated", "not exist in our records",
-            "accessdenied", "access denied", "forbidden", "nocredentials", "unable to locate credentials", "403")):
+            "accessdenied", "access denied", "forbidden", "403")):
         return (f"{root}: the S3 server refused the credentials for bucket {bucket!r} (set AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE for this endpoint)")
     if any(s in lowered for s in ("connect", "endpoint", "timeout", "name or service", "unreachable")):

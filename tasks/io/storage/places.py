@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Iterable, Protocol
 
-from ...errors import ConfigError
 from .backend import Backend
-from .kinds import kind_of
-from .kinds.base import StorageKind
+from .kinds import writable_kind
 from .location import Location, Where
 
 
@@ -52,15 +50,9 @@ class Place(Protocol):
 def bookkeeping_of(root: Where) -> Location:
     """Where zarrmill keeps a store's bookkeeping: ``.<name>.zarrmill`` beside it, in its folder or
     its bucket prefix."""
-    return _writable_kind(root).load("bookkeeping")(root)
+    return writable_kind(root).load("bookkeeping")(root)
 
 
 def place_of(root: Where, inputs: Iterable[Where] = ()) -> Place:
-    return _writable_kind(root).load("place")(root, inputs)
+    return writable_kind(root).load("place")(root, inputs)
 
-
-def _writable_kind(root: Where) -> StorageKind:
-    kind = kind_of(root)
-    if not kind.writable:
-        raise ConfigError(f"{root}: zarrmill only reads a {kind.name}; write to a local path or a kind it writes")
-    return kind

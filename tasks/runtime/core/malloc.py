@@ -29,12 +29,12 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": 2 << 20,  # 2 MiB and larger: mapped, unmapped on free
-            "MALLOC_TRIM_THRESHOLD_": 1 << 16}  # heap tops above 64 KiB go back (dask's nanny uses the same)
 # mmap threshold per job shape. steady: 2 MiB, above the scratch buffers of 1 MiB Blosc blocks
 # (the plate codec's), which at 1 MiB were each a fresh mapping: 640k page faults and 3.1 s of
 # system time on the 3-well plate, 320k and 2.0 s at 2 MiB (4.79 -> 3.96 s median, peak +70 MB)
 PROFILES = {"steady": 2 << 20, "speed": 16 << 20}
+DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": PROFILES["steady"],  # and larger: mapped, unmapped on free
+            "MALLOC_TRIM_THRESHOLD_": 1 << 16}  # heap tops above 64 KiB go back (dask's nanny uses the same)
 OURS = "ZARRMILL_MALLOC_DEFAULTS"  # set where zarrmill chose the thresholds (children inherit both)
 _applied = False
 _profile = "steady"

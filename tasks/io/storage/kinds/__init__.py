@@ -42,16 +42,27 @@ KINDS: list[StorageKind] = _registered()
 _BY_SCHEME = by_scheme(KINDS)
 
 
-def kind_of(where: str | os.PathLike[str]) -> StorageKind:
-    """The kind that serves ``where``: the local one for a path, else the one of its URL scheme."""
+def kind_of(where: str | os.PathLike[str], what: str = "path") -> StorageKind:
+    """The kind that serves ``where``: the local one for a path, else the one of its URL scheme;
+    one line naming what zarrmill serves for any other scheme."""
     scheme = scheme_of(where)
     if scheme not in _BY_SCHEME:
-        raise ConfigError(f"{where}: uses {scheme}://, which zarrmill does not serve; {offer()}")
+        raise ConfigError(f"{where}: {what} uses {scheme}://, which zarrmill does not serve; {offer()}")
     return _BY_SCHEME[scheme]
 
 
-def served(scheme: str) -> StorageKind | None:
-    return _BY_SCHEME.get(scheme)
+def writable_kind(root: str | os.PathLike[str]) -> StorageKind:
+    """The kind of ``root``, where zarrmill is to write or keep records: one line for a kind it only
+    reads."""
+    kind = kind_of(root)
+    if not kind.writable:
+        raise ConfigError(f"{root}: zarrmill only reads a {kind.name}; write to {write_to()}")
+    return kind
+
+
+def write_to() -> str:
+    """Where zarrmill writes, for a user who named a place it only reads."""
+    return " or ".join(["a local path"] + [k.shown for k in KINDS if k.schemes and k.writable])
 
 
 def offer() -> str:

@@ -77,7 +77,7 @@ class StorageKind:
     def check(self, text: str, write: bool, what: str) -> None:
         """One line for a URL of this kind that zarrmill cannot serve; nothing when it can."""
 
-    def zarr_path(self, scheme: str, rest: str) -> StorePath:
+    def zarr_path(self, scheme: str | None, rest: str) -> str | StorePath:
         """The node ``scheme://rest`` as zarr-python opens it."""
         raise NotImplementedError(f"{self.name}: zarr opens its nodes by path")
 
@@ -85,12 +85,8 @@ class StorageKind:
         """Forget the clients made in this process (the environment they were made from changed)."""
 
     def load(self, which: str) -> object:
-        """The class or function named by ``place``, ``backend`` or ``bookkeeping``."""
-        if not getattr(self, which):
-            from ....errors import ConfigError
-
-            raise ConfigError(f"zarrmill only reads a {self.name}: it keeps no {which} there; write to a local path "
-                              "or a kind it writes")
+        """The class or function named by ``place``, ``backend`` or ``bookkeeping`` (a kind zarrmill
+        only reads has none: places.py refuses it before asking)."""
         module, _, name = getattr(self, which).partition(":")
         return getattr(importlib.import_module(module, package=__package__.rsplit(".", 1)[0]), name)
 
