@@ -1,9 +1,21 @@
 """Small builders of workflow files used across tests."""
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import yaml
+
+
+def jobqueue_config(values: dict) -> AbstractContextManager:
+    """``dask.config.set`` of ``jobqueue.*`` keys, with dask-jobqueue imported first. dask-jobqueue
+    adds its defaults under ``jobqueue`` when it is first imported; a set that finds no ``jobqueue``
+    key creates it and deletes the whole key on exit, taking those defaults with it if the import
+    happened inside, and every later cluster in that process fails with KeyError: 'jobqueue'."""
+    import dask.config
+    import dask_jobqueue  # noqa: F401
+
+    return dask.config.set(values)
 
 
 def write_workflow(path: Path, steps: dict, executor: dict | None = None, name: str = "t",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import jobqueue_config
 
 from zarrmill.runtime.execution.registry import get_task, task_modules, task_names
 
@@ -224,9 +225,7 @@ def test_a_step_resources_size_or_walltime_is_one_line(cli, tmp_path, kind, reso
 
 
 def test_a_bad_size_in_dask_jobqueue_config_is_one_line_naming_where_it_is(cli, tmp_path):
-    import dask.config
-
-    with dask.config.set({"jobqueue.sge.memory": "lots"}):
+    with jobqueue_config({"jobqueue.sge.memory": "lots"}):
         line = one_line(*cli("validate", workflow(tmp_path / "wf.yaml", {"kind": "sge"}))[::2])
         assert "jobqueue.sge.memory" in line and "DASK_JOBQUEUE__SGE__MEMORY" in line and "'lots'" in line, line
         assert cli("validate", workflow(tmp_path / "wf.yaml", {"kind": "sge", "sge": {"memory": "2GB"}}))[0] == 0

@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 import yaml
 from conftest import bookkeeping, zarrmill_subprocess
-from helpers import generate_step, run_task, write_workflow
+from helpers import generate_step, jobqueue_config, run_task, write_workflow
 
 SIGNED = "https://bucket.s3.example/x?X-Amz-Signature=SECRETSIG&X-Amz-Credential=SECRETCRED"
 USERPASS = "https://user:SECRETPW@host/y"
@@ -200,8 +200,6 @@ def test_a_credential_anywhere_in_a_workflow_is_one_line_naming_the_place(cli, t
 def test_a_job_script_that_would_carry_a_credential_is_refused(cli, tmp_path, monkeypatch):
     """A driver job script (zarrmill submit) and a worker job script whose values come from
     dask-jobqueue's own config, which no workflow check sees: neither is printed nor written."""
-    import dask.config
-
     from zarrmill.errors import ConfigError
     from zarrmill.runtime.execution.jobqueue import render_job_script
     from zarrmill.runtime.execution.spec import ExecutorSpec
@@ -214,7 +212,7 @@ def test_a_job_script_that_would_carry_a_credential_is_refused(cli, tmp_path, mo
     assert not leaked(out + err)
     code, out, err = cli("submit", wf, "--print", "--log-dir", logs)
     assert code == 0 and "#SBATCH" in out, err  # the same without the credential prints
-    with dask.config.set({"jobqueue.slurm.job-extra-directives": [f"--comment={USERPASS}"]}):
+    with jobqueue_config({"jobqueue.slurm.job-extra-directives": [f"--comment={USERPASS}"]}):
         with pytest.raises(ConfigError, match="jobqueue.slurm config") as caught:
             render_job_script(ExecutorSpec(kind="slurm"), "wf", tmp_path / "run", None)
         assert not leaked(str(caught.value))

@@ -3,6 +3,7 @@ import os
 import shlex
 
 import pytest
+from helpers import jobqueue_config
 
 from zarrmill.runtime.execution.jobqueue import cluster_kwargs as slurm_cluster_kwargs
 from zarrmill.runtime.execution.schedulers.base import sanitize_job_name
@@ -71,9 +72,7 @@ def test_slurm_workers_offer_their_share_of_the_jobs_memory(tmp_path):
 
 
 def test_slurm_kwargs_respect_jobqueue_config(tmp_path):
-    import dask.config
-
-    with dask.config.set({"jobqueue.slurm.memory": "7GB", "jobqueue.slurm.cores": 3}):
+    with jobqueue_config({"jobqueue.slurm.memory": "7GB", "jobqueue.slurm.cores": 3}):
         kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm"), "w", tmp_path, None)
     assert "memory" not in kw and "cores" not in kw  # left for dask-jobqueue to read from its config
 

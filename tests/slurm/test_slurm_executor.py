@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import done_units, squeue_names, tree_digest
-from helpers import generate_step, rechunk_step, write_workflow
+from helpers import generate_step, jobqueue_config, rechunk_step, write_workflow
 
 pytestmark = pytest.mark.slurm
 
@@ -247,14 +247,12 @@ def test_a_partition_slurm_rejects_fails_within_seconds_with_sbatchs_message(cli
 
 def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
     """local-directory, scheduler-options and python from the user's jobqueue.yaml are used as they are."""
-    import dask.config
-
     from zarrmill.runtime.execution.jobqueue import cluster_kwargs as slurm_cluster_kwargs
     from zarrmill.runtime.execution.spec import ExecutorSpec
 
     config = {"local-directory": str(tmp_path / "scratch"), "python": "/opt/site/python3",
               "scheduler-options": {"dashboard_address": ":8799", "port": 0}}
-    with dask.config.set({f"jobqueue.slurm.{k}": v for k, v in config.items()}):
+    with jobqueue_config({f"jobqueue.slurm.{k}": v for k, v in config.items()}):
         (tmp_path / "run").mkdir()
         kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"queue": slurm}), "w", tmp_path / "run", None)
         assert "python" not in kw and "local_directory" not in kw  # dask-jobqueue reads them from the config
