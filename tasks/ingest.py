@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from . import ingest_wells, pyramid, pyramid_regions, reshard
+from . import pyramid, pyramid_regions, reshard
+# after reshard: both define plan(), and farm-studio takes `ingest_wells.plan` for the last one imported
+from . import ingest_wells
 from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
 from .errors import ConfigError

@@ -108,7 +108,8 @@ def plan(p: Params, acq: Acquisition, ctx: PlanContext) -> UnitStream:
         fovs = [{**fov, "planes": _region_files(fov["planes"], unit.region, keys)} for fov in unit.fovs]
         return replace(unit, fovs=fovs, missing_ok=missing_ok)
 
-    return reshard.plan_wells(reshard_params(p), *acquisition_wells(p, acq), ctx, complete)
+    plate, wells, version = acquisition_wells(p, acq)
+    return reshard.plan_wells(reshard_params(p), plate, wells, version, ctx, complete)
 
 
 def _region_files(planes: FieldPlanes, region: list[list[int]], keys: dict[int, dict]) -> list[list]:

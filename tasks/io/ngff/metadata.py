@@ -110,6 +110,7 @@ def check_dimensions(meta: ImageMeta, level: Level, shape: tuple[int, ...]) -> N
 
 
 def read_image(path: Path) -> ImageMeta:
+    path = as_location(path)
     attrs, zarr_format = read_attrs(path)
     if "omero" in attrs:  # other tools' omero (string windows, ...) is made schema-valid on read
         omero = clean_omero(attrs["omero"], path)
@@ -118,9 +119,9 @@ def read_image(path: Path) -> ImageMeta:
             attrs["omero"] = omero
     multiscales = attrs.get("multiscales")
     if not multiscales and "bioformats2raw.layout" in attrs:
-        series = sorted((c.name for c in as_location(path).iterdir() if c.name.isdigit()), key=int) if as_location(path).is_dir() else []
+        series = sorted((c.name for c in path.iterdir() if c.name.isdigit()), key=int) if path.is_dir() else []
         raise InputError(f"{path}: a bioformats2raw container, not one image; give one of its images, e.g. "
-                         f"{as_location(path) / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
+                         f"{path / (series[0] if series else '0')} (series: {', '.join(series[:10]) or 'none'})")
     if not multiscales:
         raise InputError(f"{path}: not an OME-Zarr image (no multiscales metadata)")
     ms = multiscales[0] if isinstance(multiscales, list) else None
@@ -129,13 +130,13 @@ def read_image(path: Path) -> ImageMeta:
     version = ngff06.normalized(attrs.get("version") or ms.get("version") or ("0.5" if zarr_format == 3 else "0.4"))
     listed = ngff06.axes_of(ms, str(path)) if version == "0.6" else ms.get("axes", [])
     axes = [a if isinstance(a, dict) else {"name": a} for a in listed]
-    placed = ngff06.scene_offset(as_location(path), read_attrs) if version == "0.6" else None
+    placed = ngff06.scene_offset(path, read_attrs) if version == "0.6" else None
     levels = []
     if not isinstance(ms.get("datasets"), list) or not ms["datasets"]:
         raise InputError(f"{path}: multiscales has no datasets; fix the image metadata")
     for ds in ms["datasets"]:
         member_path(path, ds.get("path"), "multiscales dataset path")
-        scale, translation = _transforms(ms, ds, len(axes), as_location(path))
+        scale, translation = _transforms(ms, ds, len(axes), path)
         if placed is not None and len(placed) == len(axes):  # the field's place in its well (0.6 scene)
             translation = [a + b for a, b in zip(translation or [0.0] * len(axes), placed)]
         for name, values in (("scale", scale), ("translation", translation)):
@@ -144,8 +145,8 @@ def read_image(path: Path) -> ImageMeta:
                                  f"multiscales lists {len(axes)} axes ({', '.join(a.get('name', '?') for a in axes)}); "
                                  "axes and transforms must match the array's dimensions")
         levels.append(Level(ds["path"], scale, translation))
-    _check_axes(as_location(path), axes)
-    meta = ImageMeta(as_location(path), str(version), axes, levels, attrs, placed=placed is not None)
+    _check_axes(path, axes)
+    meta = ImageMeta(path, str(version), axes, levels, attrs, placed=placed is not None)
     _check_level_arrays(meta)
     return meta
 
@@ -343,7 +344,8 @@ def update_ngff_attrs(group: zarr.Group, version: str, values: dict[str, Any],
 
 def plate_images(root: Path) -> list[str] | None:
     """Image paths (relative to the plate) of every field of every well; None if not a plate."""
-    attrs, _ = read_attrs(as_location(root))
+    root = as_location(root)
+    attrs, _ = read_attrs(root)
     plate = attrs.get("plate")
     if plate is None:
         return None
@@ -351,6 +353,6 @@ def plate_images(root: Path) -> list[str] | None:
     for well in plate.get("wells", []):
         well_attrs, _ = read_attrs(member_path(root, well.get("path"), "plate well path"))
         for image in well_attrs.get("well", {}).get("images", []):
-            member_path(as_location(root) / well["path"], image.get("path"), "well image path")
+            member_path(root / well["path"], image.get("path"), "well image path")
             images.append(f"{well['path']}/{image['path']}")
     return images
