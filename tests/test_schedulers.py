@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import generate_step, write_workflow
+from helpers import generate_step, jobqueue_config, write_workflow
 
 from zarrmill.errors import ConfigError
 from zarrmill.runtime.execution.jobqueue import cluster_kwargs, render_job_script
@@ -102,3 +102,23 @@ def test_submit_prints_the_driver_job_in_each_schedulers_syntax(cli, tmp_path, k
     assert "exec " in out and "-m zarrmill run" in out
     code, _, err = cli("submit", wf, "--print", "--directive=-l x\nrm -rf ~")
     assert code == 2 and "newline" in err
+
+
+RUN_TIME = {"slurm": r"^#SBATCH -t {}:00$", "sge": r"^#\$ -l h_rt={}:00$", "pbs": r"^#PBS -l walltime={}:00$",
+            "lsf": r"^#BSUB -W {}$"}
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_TIME))
+def test_a_job_runs_zarrmills_hour_unless_the_user_chose_a_walltime(tmp_path, kind):
+    """dask-jobqueue's packaged 30 minutes (its jobqueue.yaml, loaded when it is imported) is no
+    choice of the user's: a job asks for zarrmill's hour (docs/how-to/cluster-checklist.md). A
+    walltime in the user's jobqueue config wins over the hour, and the workflow's over both."""
+    spec = ExecutorSpec(kind=kind, **{kind: QUEUE[kind]})
+    script = render_job_script(spec, "wf", tmp_path / "run", None)
+    assert re.search(RUN_TIME[kind].format("01:00"), script, re.M), script
+    with jobqueue_config({f"jobqueue.{kind}.walltime": "02:00:00"}):
+        script = render_job_script(spec, "wf", tmp_path / "run", None)
+        assert re.search(RUN_TIME[kind].format("02:00"), script, re.M), script
+        mine = ExecutorSpec(kind=kind, **{kind: {**QUEUE[kind], "walltime": "00:45:00"}})
+        script = render_job_script(mine, "wf", tmp_path / "run", None)
+        assert re.search(RUN_TIME[kind].format("00:45"), script, re.M), script

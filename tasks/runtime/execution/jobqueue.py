@@ -12,6 +12,7 @@ import shlex
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,35 @@ def _jobqueue(batch: Scheduler, key: str) -> Any:
     return dask.config.get(f"jobqueue.{batch.kind}.{key}", None)
 
 
+@lru_cache(maxsize=1)
+def _packaged_defaults() -> dict[str, Any]:
+    """dask-jobqueue's own jobqueue.yaml, which it adds to dask's config when imported."""
+    from importlib.resources import files
+
+    import yaml
+
+    return (yaml.safe_load(files("dask_jobqueue").joinpath("jobqueue.yaml").read_text()) or {}).get("jobqueue", {})
+
+
+def _users_choice(batch: Scheduler, key: str) -> Any:
+    """The user's jobqueue config for ``key`` (jobqueue.yaml, DASK_JOBQUEUE__* variables), None where
+    it only holds dask-jobqueue's packaged default (its 30-minute walltime would otherwise stand
+    in for zarrmill's hour)."""
+    value = _jobqueue(batch, key)
+    return None if value == _packaged_defaults().get(batch.kind, {}).get(key) else value
+
+
 def _settings(spec: ExecutorSpec, resources: Resources | None) -> dict[str, Any]:
     batch = scheduler(spec.kind)
     kwargs: dict[str, Any] = {}
     for key, value in batch.defaults.items():
-        if _jobqueue(batch, key) is None:
+        chosen = _users_choice(batch, key)
+        if chosen is None:
             kwargs[key] = value
+        elif key == "walltime":  # made the scheduler's own form below, as the workflow's is
+            kwargs[key] = chosen
     kwargs.update(batch.settings(kwargs))
-    kwargs.update(spec.batch_settings())
+    kwargs.update(batch.settings(spec.batch_settings()))
     if resources is not None:
         kwargs.update(batch.settings({k: v for k, v in resources.model_dump().items() if v is not None}))
     return kwargs
