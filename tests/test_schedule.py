@@ -46,6 +46,12 @@ def done_count(tmp_path: Path, name: str) -> int:
 
 
 def test_converts_ready_datasets_then_only_the_one_that_completed(cli, tmp_path):
+    """Also: datasets converted side by side leave dask's global config as it was (their steps
+    once set and restored its scheduler option across threads, leaving 'dask.distributed' set, and
+    every later dask compute in the process failed with 'no Client active')."""
+    import dask.config
+
+    scheduler = dask.config.get("scheduler", None)
     for i, name in enumerate(("plate1", "plate2", "plate3")):
         acquire(cli, tmp_path / "incoming" / name, seed=i)
     mlf = tmp_path / "incoming" / "plate3" / "MeasurementData.mlf"
@@ -65,6 +71,7 @@ def test_converts_ready_datasets_then_only_the_one_that_completed(cli, tmp_path)
         assert check_store(tmp_path / "out" / f"{name}-wells.ome.zarr")[0] == []
     code, out, _ = cli("runs", WORKFLOW, *sets(tmp_path)[:4])
     assert code == 0 and out.count(" done ") == 3
+    assert dask.config.get("scheduler", None) == scheduler
 
 
 def test_quiet_period_waits_for_recent_changes(cli, tmp_path):

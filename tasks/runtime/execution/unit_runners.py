@@ -96,17 +96,18 @@ def run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any,
                                   resources=resources_for(units[0], opts._budget))
         return futures
 
-    # current for as_completed only: the client is never dask's global default (executors.py)
-    with client.as_current():
-        ac = as_completed(submit(limit), with_results=True, raise_errors=False)
-        try:
-            yield from _results(task, ac, by_key, submit, opts)
-        finally:  # the step stopped early (a lost lock, an interrupt): units not yet run never start
-            if by_key:
-                try:
-                    client.cancel(list(ac.futures))
-                except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to cancel
-                    pass
+    # as_completed is given the client's loop, never made current: as_current sets dask's global
+    # scheduler option, and two steps running at once (for-each datasets in threads) interleaved
+    # their set and restore, leaving every later dask compute in the process asking for a client
+    ac = as_completed(submit(limit), with_results=True, raise_errors=False, loop=client.loop)
+    try:
+        yield from _results(task, ac, by_key, submit, opts)
+    finally:  # the step stopped early (a lost lock, an interrupt): units not yet run never start
+        if by_key:
+            try:
+                client.cancel(list(ac.futures))
+            except Exception:  # noqa: BLE001 - a cluster already gone has nothing left to cancel
+                pass
 
 
 def _results(task: Task, ac: Any, by_key: dict[str, Unit], submit: Callable[[int], list[Any]], opts: Any
