@@ -21,8 +21,8 @@ import numpy as np
 import zarr
 
 from . import pyramid, pyramid_regions, reshard
-# after reshard (keep it so when sorting imports): both define plan(), and farm-studio reads
-# `ingest_wells.plan` as the plan of the module imported last (docs/development.md)
+# after reshard (keep it so when sorting imports): both define plan(), and a reader of imports
+# takes `ingest_wells.plan` for the plan of the module imported last (docs/development.md)
 from . import ingest_wells
 from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
