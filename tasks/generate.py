@@ -10,11 +10,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.arrays import (
     ArraySpec,
     Codec,
-    ensure_array,
-    ensure_group,
     group_regions,
     open_for_write,
     write_region,
@@ -83,8 +82,8 @@ def _spec(p: Params) -> ArraySpec:
 
 def plan(p: Params, ctx: PlanContext) -> list[RegionUnit]:
     spec = _spec(p)
-    ensure_group(p.output_path(), spec.zarr_format, ctx)
-    ensure_array(p.output_path(), "0", spec, ctx)
+    ctx.nodes.append(GroupNode(p.output_path(), spec.zarr_format))
+    ctx.nodes.append(ArrayNode(p.output_path(), "0", spec))
     regions = group_regions(spec.shape, spec.chunks, np.dtype(p.dtype).itemsize, int(p.unit_mb * 2**20))
     return [RegionUnit(id=f"r{i}", region=[list(r) for r in reg], memory=holds(reg, np.dtype(p.dtype).itemsize))
             for i, reg in enumerate(regions)]

@@ -28,11 +28,10 @@ from .ingest_acquisition import planned_acquisition, read_acquisition
 from .ingest_params import Params
 from .errors import ConfigError
 from .io.ngff.acquisition import Acquisition
+from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
-    ensure_array,
-    ensure_group,
     group_regions,
     open_for_write,
     write_region,
@@ -105,7 +104,7 @@ def plan(p: Params, ctx: PlanContext) -> list[IngestUnit] | UnitStream:
     if p.layout == "well":
         return ingest_wells.plan(p, acq, ctx)
     root = p.output_path()
-    ensure_group(root, NGFF_FORMATS[p.ngff_version], ctx)
+    ctx.nodes.append(GroupNode(root, NGFF_FORMATS[p.ngff_version]))
     units: list[IngestUnit] = []
     for part in acq.parts():  # wells imaged alike: each its own channels and time points
         spec = _plate_spec(p, part)
@@ -126,8 +125,8 @@ def _plan_fields(p: Params, acq: Acquisition, spec: ArraySpec, ctx: PlanContext)
     for (row, col, fld), planes in acq.fields().items():
         path = field_path(row, col, fld, acq)
         for part in (path.rsplit("/", 2)[0], path.rsplit("/", 1)[0], path):
-            ensure_group(root / part, spec.zarr_format, ctx)
-        ensure_array(root / path, "0", spec, ctx)
+            ctx.nodes.append(GroupNode(root / part, spec.zarr_format))
+        ctx.nodes.append(ArrayNode(root / path, "0", spec))
         if p.pyramid:
             meta = _field_meta(p, acq, root / path, field_levels(acq, planes[0], origins[(row, col)]))
             units += _region_units(p, ctx, path, meta, spec, BATCH_BYTES, fov_planes=planes)
@@ -242,12 +241,12 @@ def _image_spec(p: Params) -> tuple[ArraySpec, dict[str, float], str]:
 
 def _plan_image(p: Params, ctx: PlanContext) -> list[IngestUnit]:
     spec, sizes, axes = _image_spec(p)
-    ensure_group(p.output_path(), spec.zarr_format, ctx)
-    ensure_array(p.output_path(), "0", spec, ctx)
+    ctx.nodes.append(GroupNode(p.output_path(), spec.zarr_format))
+    ctx.nodes.append(ArrayNode(p.output_path(), "0", spec))
     if p.pyramid:
         return _region_units(p, ctx, "", _image_meta(p, axes, sizes), spec, IMAGE_UNIT_MB * 2**20)
-    regions = group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, IMAGE_UNIT_MB * 2**20)
-    return [ImageRegionUnit(id=f"r{i}", region=[list(r) for r in reg], memory=holds(reg, np.dtype(spec.dtype).itemsize))
+    regions = group_regions(spec.shape, spec.chunks, spec.itemsize, IMAGE_UNIT_MB * 2**20)
+    return [ImageRegionUnit(id=f"r{i}", region=[list(r) for r in reg], memory=holds(reg, spec.itemsize))
             for i, reg in enumerate(regions)]
 
 
@@ -285,14 +284,14 @@ def _region_units(p: Params, ctx: PlanContext, image: str, meta: ImageMeta, spec
                   fov_planes: list | None = None) -> list[IngestUnit]:
     """Units writing level 0 of ``image`` (a field, or "" for a single image) in regions, with the
     levels they can build from them in memory; then the units reading back the levels below."""
-    itemsize = np.dtype(spec.dtype).itemsize
+    itemsize = spec.itemsize
     block = tuple(spec.write_block)
     if fov_planes is not None:  # a field's units read whole plane files: whole planes each
         block = block[:-2] + tuple(spec.shape[-2:])
     # a volume's lower levels get smaller chunks where that builds them in memory (pyramid_regions.py);
     # a plate's keep theirs (its fields' levels are small and its file count is compared with peers')
     regions, levels, rest = pyramid_regions.plan_levels_with_regions(
-        _pyramid_params(p), p.output_path(), image, meta, ctx, block, unit_bytes, int(p.volume_mb * 2**20),
+        _pyramid_params(p), p.output_path(), image, meta, spec, ctx, block, unit_bytes, int(p.volume_mb * 2**20),
         fit_chunks=fov_planes is None)
     units: list[IngestUnit] = []
     for i, reg in enumerate(regions):

@@ -29,7 +29,8 @@ from .io.ngff.metadata import (
     write_image_metadata,
 )
 from .io.readers.volume import open_volume
-from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write, open_input_array
+from .io.storage.nodes import ArrayNode, GroupNode
+from .io.storage.arrays import ArraySpec, Codec, group_regions, open_for_write, open_input_array
 from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url
@@ -123,11 +124,11 @@ def plan(p: Params, ctx: PlanContext) -> list[LabelUnit]:
         raise OutputExistsError(f"{target}: a label image zarrmill did not create (not created by zarrmill); "
                                 "choose another name")
     for part in ("labels", p.label_path()):
-        ensure_group(root / part, spec.zarr_format, ctx)
-    ensure_array(root / p.label_path(), "0", spec, ctx)
+        ctx.nodes.append(GroupNode(root / part, spec.zarr_format))
+    ctx.nodes.append(ArrayNode(root / p.label_path(), "0", spec))
     units: list[LabelUnit] = [RegionUnit(id=f"0:{i}", region=[list(r) for r in reg]) for i, reg in
-                              enumerate(group_regions(spec.shape, spec.chunks, np.dtype(spec.dtype).itemsize, UNIT_MB * 2**20))]
-    return units + pyramid.plan_image_levels(p.pyramid_params(), root, p.label_path(), meta, ctx)
+                              enumerate(group_regions(spec.shape, spec.chunks, spec.itemsize, UNIT_MB * 2**20))]
+    return units + pyramid.plan_image_levels(p.pyramid_params(), root, p.label_path(), meta, spec, ctx)
 
 
 def run_unit(p: Params, unit: RegionUnit) -> int:

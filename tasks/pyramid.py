@@ -24,11 +24,11 @@ import zarr
 from pydantic import Field
 
 from .errors import InputError, OutputExistsError
+from .io.storage.nodes import ArrayNode
 from .io.storage.uploads import writes_in_flight
 from .io.storage.arrays import (
     ArraySpec,
     Codec,
-    ensure_array,
     group_regions,
     open_for_write,
     open_input_array,
@@ -152,34 +152,39 @@ def level_plan(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[tupl
     return out
 
 
-def _codec(p: Params, arr: zarr.Array) -> Codec:
-    if p.codec is not None:
-        return p.codec
+def _stored_codec(arr: zarr.Array) -> Codec:
+    """The Blosc settings a stored array was written with (zstd's defaults for another codec).
+    A zarr v3 codec says them in ``to_dict``'s configuration; a v2 compressor (numcodecs) in
+    ``get_config``, its shuffle as a number (-1: Blosc chooses, as for "shuffle")."""
     for c in arr.compressors:
-        cfg = c.to_dict().get("configuration", {}) if hasattr(c, "to_dict") else {}
+        if hasattr(c, "to_dict"):
+            cfg = c.to_dict().get("configuration", {})
+        else:
+            cfg = c.get_config() if hasattr(c, "get_config") else {}
         cname = cfg.get("cname") or getattr(c, "cname", None)
         if cname:
             shuffle = str(cfg.get("shuffle", "shuffle")).replace("BloscShuffle.", "")
-            shuffle = {"0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
+            shuffle = {"-1": "shuffle", "0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
             return Codec(cname=cname, clevel=int(cfg.get("clevel", 5)), shuffle=shuffle,
                          blocksize=int(cfg.get("blocksize", 0) or 0))
     return Codec()
 
 
-def _level_specs(p: Params, meta: ImageMeta, arr0: zarr.Array, across_lead: bool = True
+def _level_specs(p: Params, meta: ImageMeta, spec0: ArraySpec, across_lead: bool = True
                  ) -> list[tuple[tuple[int, ...], ArraySpec, Level]]:
+    """Levels 1.. of an image whose level 0 is ``spec0``: their factors, arrays and metadata."""
     spatial = [i for i, a in enumerate(meta.axis_names) if a in "zyx"]
-    itemsize = arr0.dtype.itemsize
-    base = tuple(arr0.chunks)
+    itemsize = spec0.itemsize
+    base = tuple(spec0.chunks)
     target = int(p.target_chunk_mb * 2**20) if p.target_chunk_mb else max(math.prod(base) * itemsize, 2**20)
-    codec = _codec(p, arr0)
+    codec = p.codec if p.codec is not None else spec0.codec
     specs = []
-    for factors, shape, level in level_plan(p, meta, tuple(arr0.shape)):
+    for factors, shape, level in level_plan(p, meta, tuple(spec0.shape)):
         chunks = level_chunks(shape, base, spatial, itemsize, target)
         shards = None
         if meta.zarr_format == 3 and p.shard_mb:
             shards = level_shards(shape, chunks, spatial, itemsize, int(p.shard_mb * 2**20), across_lead)
-        specs.append((factors, ArraySpec(shape, str(arr0.dtype), chunks, shards, codec, meta.zarr_format,
+        specs.append((factors, ArraySpec(shape, spec0.dtype, chunks, shards, codec, meta.zarr_format,
                                          tuple(meta.axis_names)), level))
     return specs
 
@@ -201,55 +206,60 @@ def plan(p: Params, ctx: PlanContext) -> list[LevelUnit]:
                     "replace them; run pyramid on a copy (zarrmill task rechunk) to rebuild its levels")
             # metadata first lists level 0 only, so it never points at arrays being rebuilt
             _write_levels(root, meta, meta.levels[:1])
-        units += plan_image_levels(p, as_location(p.input), image, meta, ctx)
+        units += plan_image_levels(p, as_location(p.input), image, meta, _level0(root / meta.levels[0].path), ctx)
     return units
 
 
 LevelSpecs = list[tuple[tuple[int, ...], ArraySpec, Level]]
 
 
-def _create_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext, across_lead: bool = True,
-                   adjust: Callable[[zarr.Array, LevelSpecs], LevelSpecs] | None = None
-                   ) -> tuple[str, zarr.Array, LevelSpecs]:
-    """Create the arrays of levels 1.. of one image (level 0 must exist): (method, level 0, specs).
-    ``adjust`` may change the specs (chunks) before the arrays are made (pyramid_regions.py)."""
-    root = base / image
-    arr0 = _level0(root / meta.levels[0].path)
-    check_dimensions(meta, meta.levels[0], tuple(arr0.shape))
-    specs = _level_specs(p, meta, arr0, across_lead)
+def _create_levels(p: Params, base: Path, image: str, meta: ImageMeta, spec0: ArraySpec, ctx: PlanContext,
+                   across_lead: bool = True, adjust: Callable[[LevelSpecs], LevelSpecs] | None = None
+                   ) -> tuple[str, LevelSpecs]:
+    """Create the arrays of levels 1.. of one image whose level 0 is ``spec0`` (made by the calling
+    plan, or read by the pyramid task from its input): (method, specs). ``adjust`` may change the
+    specs (chunks) before the arrays are made (pyramid_regions.py)."""
+    check_dimensions(meta, meta.levels[0], tuple(spec0.shape))
+    specs = _level_specs(p, meta, spec0, across_lead)
     if adjust is not None:
-        specs = adjust(arr0, specs)
+        specs = adjust(specs)
     for _, spec, level in specs:
-        ensure_array(root, level.path, spec, ctx)
-    return _method(p, meta), arr0, specs
+        ctx.nodes.append(ArrayNode(base / image, level.path, spec))
+    return _method(p, meta), specs
 
 
-_LEVEL0: dict[bytes, zarr.Array] = {}  # metadata document -> an array it describes
+_LEVEL0: dict[bytes, ArraySpec] = {}  # metadata document -> the level-0 spec it describes
 
 
-def _level0(path: Path) -> zarr.Array:
-    """Level 0, for its shape, dtype, chunks and codec only: the wells of a plate share one
-    document, and opening each through zarr cost ~3 ms a well (a 1536-well plan: 5 s)."""
+def _level0(path: Path) -> ArraySpec:
+    """A stored level 0 (the pyramid task's input) as a spec: its shape, dtype, chunks, shards and
+    codec. The images of a plate share one document, and opening each through zarr cost ~3 ms an
+    image (a 1536-well plate: 5 s)."""
     local = on_disk(path)
-    if local is None:
-        return open_input_array(path)
-    try:
-        doc = (local / "zarr.json").read_bytes()
-    except OSError:
-        return open_input_array(path)
-    if doc not in _LEVEL0:
-        if len(_LEVEL0) > 64:
-            _LEVEL0.clear()
-        _LEVEL0[doc] = open_input_array(path)
-    return _LEVEL0[doc]
+    doc = None
+    if local is not None:
+        try:
+            doc = (local / "zarr.json").read_bytes()
+        except OSError:
+            doc = None
+    spec = _LEVEL0.get(doc) if doc is not None else None
+    if spec is None:
+        arr = open_input_array(path)
+        spec = ArraySpec(tuple(arr.shape), str(arr.dtype), tuple(arr.chunks), arr.shards, _stored_codec(arr),
+                         arr.metadata.zarr_format, None)
+        if doc is not None:
+            if len(_LEVEL0) > 64:
+                _LEVEL0.clear()
+            _LEVEL0[doc] = spec
+    return spec
 
 
-def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+def plan_image_levels(p: Params, base: Path, image: str, meta: ImageMeta, spec0: ArraySpec, ctx: PlanContext,
                       first_stage: int = 1, sparse: bool = False) -> list[LevelUnit]:
-    """Create levels 1.. of one image (level 0 must exist) and return their units; level k runs in
-    stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
-    method, arr0, specs = _create_levels(p, base, image, meta, ctx)
-    return _level_units(base, image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+    """Create levels 1.. of one image whose level 0 is ``spec0`` and return their units; level k
+    runs in stage ``first_stage + k - 1``. Other tasks (reshard) call this for the images they write."""
+    method, specs = _create_levels(p, base, image, meta, spec0, ctx)
+    return _level_units(base, image, meta.levels[0].path, specs, method, spec0.itemsize, p.unit_mb,
                         first_stage, sparse)
 
 
@@ -280,21 +290,21 @@ def _level_batches(base: Path, image: str, prev: str, specs: list[tuple[tuple[in
     return batches
 
 
-def image_level_batches(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+def image_level_batches(p: Params, base: Path, image: str, meta: ImageMeta, spec0: ArraySpec, ctx: PlanContext,
                         first_stage: int = 1, sparse: bool = False) -> list[Batch]:
     """``plan_image_levels`` for a plan too large to hold its units (a full plate's wells)."""
-    method, arr0, specs = _create_levels(p, base, image, meta, ctx)
-    return _level_batches(base, image, meta.levels[0].path, specs, method, arr0.dtype.itemsize, p.unit_mb,
+    method, specs = _create_levels(p, base, image, meta, spec0, ctx)
+    return _level_batches(base, image, meta.levels[0].path, specs, method, spec0.itemsize, p.unit_mb,
                           first_stage, sparse)
 
 
-def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+def plan_levels_in_memory(p: Params, base: Path, image: str, meta: ImageMeta, spec0: ArraySpec, ctx: PlanContext,
                           across_lead: bool = False) -> list[dict]:
     """Create levels 1.. of an image whose writers build them from the level-0 volumes they hold in
     memory (reshard, ingest layout well). Unless one writer holds every channel and time point
     (``across_lead``), no shard spans two, so no two writers share one. Returns [{path, factors,
     method}] for those writers."""
-    method, _, specs = _create_levels(p, base, image, meta, ctx, across_lead)
+    method, specs = _create_levels(p, base, image, meta, spec0, ctx, across_lead)
     return [{"path": level.path, "factors": list(factors), "method": method} for factors, _, level in specs]
 
 

@@ -14,8 +14,6 @@ import dataclasses
 import math
 from pathlib import Path
 
-import numpy as np
-import zarr
 
 from .io.ngff.metadata import ImageMeta
 from .io.storage.arrays import ArraySpec, group_regions
@@ -26,7 +24,7 @@ MIN_CHUNK_BYTES = 2**20  # the smallest chunk _level_specs grows a level to (at 
 Regions = list[tuple[tuple[int, int], ...]]
 
 
-def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta, ctx: PlanContext,
+def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta, spec0: ArraySpec, ctx: PlanContext,
                              block0: tuple[int, ...], unit_bytes: int, hold_bytes: int, fit_chunks: bool = False
                              ) -> tuple[Regions, list[dict], list[LevelUnit]]:
     """Create levels 1.. of an image whose level 0 is being written in regions (ingest of a volume
@@ -36,18 +34,17 @@ def plan_levels_with_regions(p: Params, base: Path, image: str, meta: ImageMeta,
     below are read back from the last one built so (a few % of the bytes, at most 1/4 per level).
     Returns (level-0 regions, [{path, factors, method}] for their writers, read-back units)."""
     chosen: dict[str, tuple[int, tuple[int, ...]]] = {}
+    itemsize = spec0.itemsize
 
-    def choose(arr0: zarr.Array, specs: LevelSpecs) -> LevelSpecs:
-        specs, count, block = _in_memory(specs, tuple(arr0.shape), arr0.dtype.itemsize, block0, hold_bytes,
-                                         fit_chunks)
+    def choose(specs: LevelSpecs) -> LevelSpecs:
+        specs, count, block = _in_memory(specs, tuple(spec0.shape), itemsize, block0, hold_bytes, fit_chunks)
         chosen["plan"] = (count, block)
         return specs
 
-    method, arr0, specs = _create_levels(p, base, image, meta, ctx, across_lead=False, adjust=choose)
+    method, specs = _create_levels(p, base, image, meta, spec0, ctx, across_lead=False, adjust=choose)
     count, block = chosen["plan"]
-    itemsize = arr0.dtype.itemsize
     in_memory = [{"path": level.path, "factors": list(factors), "method": method} for factors, _, level in specs[:count]]
-    regions = group_regions(tuple(arr0.shape), block, itemsize, unit_bytes)
+    regions = group_regions(tuple(spec0.shape), block, itemsize, unit_bytes)
     prev = in_memory[-1]["path"] if in_memory else meta.levels[0].path
     return regions, in_memory, _level_units(base, image, prev, specs[count:], method, itemsize, p.unit_mb)
 
@@ -89,7 +86,7 @@ def _halved(spec: ArraySpec, shape0: tuple[int, ...], block: list[int], reach: l
     for axis in [a for a, name in enumerate(names) if name in "zyx" and min(spec.chunks[a], spec.shape[a]) > 1]:
         chunks = list(spec.chunks)
         chunks[axis] = math.ceil(min(chunks[axis], spec.shape[axis]) / 2)
-        if math.prod(chunks) * np.dtype(spec.dtype).itemsize < MIN_CHUNK_BYTES:
+        if math.prod(chunks) * spec.itemsize < MIN_CHUNK_BYTES:
             continue
         smaller = dataclasses.replace(spec, chunks=tuple(chunks))
         if math.prod(_need(shape0, block, smaller, reach)) < now:

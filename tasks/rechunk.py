@@ -11,11 +11,10 @@ import zarr
 from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
+from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.arrays import (
     ArraySpec,
     Codec,
-    ensure_array,
-    ensure_group,
     group_regions,
     open_for_write,
     open_input_array,
@@ -103,7 +102,7 @@ def plan(p: Params, ctx: PlanContext) -> list[RegionUnit]:
     version = p.ngff_version or (meta.version if meta else None)
     zarr_format = NGFF_FORMATS[version] if version else open_input_array(p.input).metadata.zarr_format
     if meta is not None:
-        ensure_group(p.output_path(), zarr_format, ctx)
+        ctx.nodes.append(GroupNode(p.output_path(), zarr_format))
     units: list[RegionUnit] = []
     for path in paths:
         src = open_input_array(as_location(p.input) / path)
@@ -111,9 +110,9 @@ def plan(p: Params, ctx: PlanContext) -> list[RegionUnit]:
             check_dimensions(meta, meta.levels[paths.index(path)], tuple(src.shape))
         spec = _level_spec(p, src, zarr_format)
         if path:
-            ensure_array(p.output_path(), path, spec, ctx)
+            ctx.nodes.append(ArrayNode(p.output_path(), path, spec))
         else:
-            ensure_array(p.output_path().parent, p.output_path().name, spec, ctx)
+            ctx.nodes.append(ArrayNode(p.output_path().parent, p.output_path().name, spec))
         for i, reg in enumerate(group_regions(spec.shape, spec.write_block, src.dtype.itemsize, int(p.unit_mb * 2**20))):
             units.append(RegionUnit(id=f"{path or 'array'}:{i}", path=path, region=[list(r) for r in reg],
                                     memory=holds(reg, src.dtype.itemsize)))

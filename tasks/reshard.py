@@ -31,8 +31,9 @@ from pydantic import AfterValidator, Field, model_validator
 from . import pyramid
 from .errors import InputError
 from .io.storage.transfer import each_node
+from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.uploads import writes_in_flight
-from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, ensure_array, ensure_group, group_regions, open_for_write,
+from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, group_regions, open_for_write,
                                 open_input_array, write_region)
 from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key, zarr_url
@@ -185,7 +186,7 @@ def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: Pla
     overview); ``complete`` finishes each compose unit as it is made (ingest: the files it reads)."""
     zf = NGFF_FORMATS[version]
     out = p.output_path()
-    ensure_group(out, zf, ctx)
+    ctx.nodes.append(GroupNode(out, zf))
     stream = UnitStream()
     for well in wells:
         _plan_well(p, well, version, zf, ctx, stream, complete or (lambda unit: unit))
@@ -198,10 +199,10 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
                complete: Callable[[ComposeUnit], ComposeUnit]) -> None:
     out = p.output_path()
     for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
-        ensure_group(out / part, zf, ctx)
+        ctx.nodes.append(GroupNode(out / part, zf))
     image = out / well.path / p.image_name
     spec = well.spec(p, zf)
-    ensure_array(image, "0", spec, ctx)
+    ctx.nodes.append(ArrayNode(image, "0", spec))
     n_lead = len(well.lead_shape)
     volume = [(0, n) for n in spec.shape[n_lead:]]
     volume_bytes = math.prod(spec.shape[n_lead:]) * well.dtype.itemsize
@@ -211,7 +212,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         # span channels only where one unit holds them all
         whole = volume_bytes * math.prod(well.lead_shape) <= p.volume_mb * 2**20
         levels = pyramid.plan_levels_in_memory(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                               well.image_meta(image, version), ctx, across_lead=whole)
+                                               well.image_meta(image, version), spec, ctx, across_lead=whole)
         leads = [[[0, n] for n in well.lead_shape]] if whole else \
             [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
         stream.add([complete(ComposeUnit(id=f"{well.path}:0:{i}", well=well.path, levels=levels,
@@ -232,7 +233,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
     stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes), lambda i: f"{well.path}:0:{i}",
                            unit_of))
     for batch in pyramid.image_level_batches(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
-                                             well.image_meta(image, version), ctx, sparse=True):
+                                             well.image_meta(image, version), spec, ctx, sparse=True):
         stream.add_batch(batch)
 
 
@@ -354,13 +355,13 @@ def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx:
     layout, k, level = _overview_plan(p, plate, wells, version)
     zf = NGFF_FORMATS[version]
     root = p.output_path() / OVERVIEW
-    ensure_group(root, zf, ctx)
+    ctx.nodes.append(GroupNode(root, zf))
     dtype = wells[0].dtype
     n = len(layout.shape)
     chunks = tuple(1 if i < n - 2 else min(512, size) for i, size in enumerate(layout.shape))
     shards = level_shards(layout.shape, chunks, [n - 2, n - 1], dtype.itemsize, int(p.shard_mb * 2**20)) if zf == 3 else None
     spec = ArraySpec(layout.shape, str(dtype), chunks, shards, p.codec, zf, tuple(wells[0].meta.axis_names))
-    ensure_array(root, "0", spec, ctx)
+    ctx.nodes.append(ArrayNode(root, "0", spec))
     units: list[OverviewUnit | LevelUnit] = []
     for i, reg in enumerate(group_regions(spec.shape, spec.write_block, dtype.itemsize, int(p.unit_mb * 2**20))):
         boxes = [{"path": f"{w}/{p.image_name}", "level_path": str(k), "pixel": list(o),
@@ -369,7 +370,7 @@ def _plan_overview(p: Params, plate: dict, wells: list[Well], version: str, ctx:
         units.append(OverviewUnit(id=f"{OVERVIEW}:0:{i}", stage=OVERVIEW_STAGE, region=[list(r) for r in reg],
                                   fovs=hit))
     meta = ImageMeta(root, version, wells[0].meta.axes, [Level("0", list(level.scale), None)], {"multiscales": [{}]})
-    return units + pyramid.plan_image_levels(p.pyramid_params(), p.output_path(), OVERVIEW, meta, ctx,
+    return units + pyramid.plan_image_levels(p.pyramid_params(), p.output_path(), OVERVIEW, meta, spec, ctx,
                                              first_stage=OVERVIEW_STAGE + 1, sparse=True)
 
 

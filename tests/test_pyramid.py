@@ -109,6 +109,38 @@ def test_labels_keep_only_values_present_at_level_0(cli, tmp_path):
     validate_store(img)
 
 
+CODEC = {"cname": "zstd", "clevel": 1, "shuffle": "bitshuffle", "blocksize": 2**20}
+
+
+def _blosc(path: Path) -> dict:
+    """The Blosc settings of a stored array, as its metadata file says them (v2 or v3)."""
+    if (path / ".zarray").exists():
+        cfg = json.loads((path / ".zarray").read_text())["compressor"]
+        return {"cname": cfg["cname"], "clevel": cfg["clevel"], "shuffle": {0: "noshuffle", 1: "shuffle",
+                2: "bitshuffle"}[cfg["shuffle"]], "blocksize": cfg["blocksize"]}
+    codecs = json.loads((path / "zarr.json").read_text())["codecs"]
+    codecs = next((c["configuration"]["codecs"] for c in codecs if c["name"] == "sharding_indexed"), codecs)
+    cfg = next(c["configuration"] for c in codecs if c["name"] == "blosc")
+    return {k: cfg[k] for k in CODEC}
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_new_levels_keep_level_0s_blosc_settings(cli, tmp_path, version):
+    """The default codec of new levels is level 0's, read from the stored array of either zarr
+    format (a v2 level 0's settings were lost: levels came out zstd clevel 5, shuffle, Blosc's
+    own blocks)."""
+    img = tmp_path / "img.zarr"
+    wf = write_workflow(tmp_path / "gen.yaml", {"gen": {"task": "generate", "params": {
+        "output": str(img), "shape": [16, 512, 512], "axes": "zyx", "dtype": "uint16", "ngff_version": version,
+        "codec": CODEC}}})
+    assert cli("run", wf)[0] == 0
+    assert _blosc(img / "0") == CODEC
+    assert pyramid(cli, img, "min_size=64")[0] == 0
+    levels = [ds["path"] for ds in multiscales(img)["datasets"]]
+    assert len(levels) >= 3
+    assert [_blosc(img / level) for level in levels] == [CODEC] * len(levels)
+
+
 def test_chunks_do_not_shrink_and_low_levels_are_few_files(cli, tmp_path):
     img = tmp_path / "img.zarr"
     make_image(cli, img, (1, 2048, 2048), "zyx", chunks=(1, 256, 256))

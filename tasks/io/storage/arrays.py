@@ -83,6 +83,10 @@ class ArraySpec:
     dimension_names: tuple[str, ...] | None = None
 
     @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
     def write_block(self) -> tuple[int, ...]:
         """The unit of writing: a whole shard where there are shards, else a chunk."""
         return self.shards or self.chunks

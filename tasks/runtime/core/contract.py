@@ -31,13 +31,16 @@ import json
 import types
 from dataclasses import dataclass, field as dataclass_field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...errors import ConfigError
 from ...io.storage.guard import OutputGuard
 from ...io.storage.location import as_location, check_url, scheme_of
+
+if TYPE_CHECKING:
+    from ...io.storage.nodes import Node
 
 from .units import TypedUnit, Unit, fields_of  # noqa: F401 - the contract's unit types
 # A task module sets ``WORKERS = THREADS`` when its units spend their time in code that releases
@@ -146,6 +149,17 @@ class PlanContext:
     # what ``plan`` read that ``finish`` needs again (ingest's acquisition), by the task's own key:
     # the step keeps one context from plan to finish, so nothing lives in a module between them
     carried: dict[str, Any] = dataclass_field(default_factory=dict)
+    # the output's groups and arrays the plan declares (io/storage/nodes.py), in the order they are
+    # created: by the step once the plan is valid and fits the budget (create_nodes)
+    nodes: list[Node] = dataclass_field(default_factory=list)
+
+    def create_nodes(self) -> None:
+        """Create the nodes the plan declared, in order, through the output guard."""
+        from ...io.storage.nodes import create_nodes
+
+        nodes = list(self.nodes)
+        self.nodes.clear()
+        create_nodes(nodes, self)
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,9 @@ def _plan(task: Any, params: TaskParams, step: str, size: StepSize, guards: list
     guards.append(guard)
     guard.claim(step)
     problems: list[str] = []
-    plan = as_stream(task.plan(params, PlanContext(step=step, guard=guard, problems=problems)))
+    ctx = PlanContext(step=step, guard=guard, problems=problems)
+    plan = as_stream(task.plan(params, ctx))
+    ctx.create_nodes()
     if problems and from_earlier:
         size.notes.append("sized as if the earlier step had written all of its input (only its plan was made)")
     elif problems:

@@ -154,6 +154,7 @@ class StepRun:
         if budget is not None and self.units.size().largest > budget:  # rolled back like a failed plan
             refuse_oversized(self.task.name, [self.units.largest_unit()], budget, opts.budget_setting,
                              type(self.params).model_fields)
+        self.ctx.create_nodes()  # the plan is whole and fits: only now is its skeleton written
         self.guard.commit()  # the plan's nodes stay from here on: units write into them
         if not fresh:
             ledger.clear_done()
