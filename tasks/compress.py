@@ -28,16 +28,8 @@ import zarr
 from pydantic import Field, PrivateAttr, field_validator
 
 from .errors import ConfigError, InputError
-from .io.storage.arrays import (
-    ArraySpec,
-    Codec,
-    ensure_array,
-    ensure_group,
-    group_regions,
-    open_for_write,
-    region_slices,
-    write_region,
-)
+from .io.storage.arrays import ArraySpec, Codec, ensure_array, ensure_group, open_for_write, write_region
+from .runtime.core.regions import group_regions, region_slices
 from .io.storage.atomic import atomic_write_bytes, atomic_write_json
 from .io.training.b2layout import block_options, nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd

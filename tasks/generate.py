@@ -11,16 +11,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from .io.storage.nodes import ArrayNode, GroupNode
-from .io.storage.arrays import (
-    ArraySpec,
-    Codec,
-    group_regions,
-    open_for_write,
-    write_region,
-)
+from .io.storage.arrays import ArraySpec, Codec, open_for_write, write_region
 from .io.ngff.metadata import NGFF_FORMATS, Level, NgffVersion, make_axes, write_image_metadata
 from .io.synthetic.blobs import Blobs, render, to_dtype
-from .runtime.core.budget import holds
+from .runtime.core.regions import group_regions, holds
 from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_MB, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 

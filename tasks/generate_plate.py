@@ -21,7 +21,7 @@ from pydantic import Field, StringConstraints, model_validator
 from .io.synthetic import cellvoyager, cq, hcsai, metaxpress, operetta, scanr
 from .io.synthetic.cellvoyager import FieldSpec, layout, render_field
 from .io.synthetic.plate_spec import PlateSpec
-from .runtime.core.budget import holds
+from .runtime.core.regions import holds
 from .runtime.core.contract import MAX_COUNT, MAX_INDEX, MAX_UM, PlanContext, PlateShape, PositiveInt, Seed, TaskParams
 from .runtime.core.units import TypedUnit
 

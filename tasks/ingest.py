@@ -30,12 +30,7 @@ from .errors import ConfigError
 from .io.ngff.acquisition import Acquisition
 from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.uploads import writes_in_flight
-from .io.storage.arrays import (
-    ArraySpec,
-    group_regions,
-    open_for_write,
-    write_region,
-)
+from .io.storage.arrays import ArraySpec, open_for_write, write_region
 from .io.ngff.hcs import (
     channel_windows,
     field_axes,
@@ -51,7 +46,7 @@ from .io.storage.ozx_path import is_archive_build
 from .io.ngff.metadata import NGFF_FORMATS, ImageMeta, Level, make_axes, write_image_metadata
 from .io.readers.planes import plane_exists, planes_present, read_plane_into
 from .io.readers.volume import open_volume
-from .runtime.core.budget import REGION_COPIES, holds
+from .runtime.core.regions import REGION_COPIES, group_regions, holds
 from .runtime.core.contract import THREADS, PlanContext
 from .runtime.core.units import describe_region
 from .ingest_units import FieldRegionUnit, FieldUnit, ImageRegionUnit

@@ -30,7 +30,8 @@ from .io.ngff.metadata import (
 )
 from .io.readers.volume import open_volume
 from .io.storage.nodes import ArrayNode, GroupNode
-from .io.storage.arrays import ArraySpec, Codec, group_regions, open_for_write, open_input_array
+from .io.storage.arrays import ArraySpec, Codec, open_for_write, open_input_array
+from .runtime.core.regions import group_regions
 from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url

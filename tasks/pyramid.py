@@ -26,15 +26,7 @@ from pydantic import Field
 from .errors import InputError, OutputExistsError
 from .io.storage.nodes import ArrayNode
 from .io.storage.uploads import writes_in_flight
-from .io.storage.arrays import (
-    ArraySpec,
-    Codec,
-    group_regions,
-    open_for_write,
-    open_input_array,
-    read_region,
-    write_region,
-)
+from .io.storage.arrays import ArraySpec, Codec, open_for_write, open_input_array, read_region, write_region
 from .io.storage.downsample import downsample, out_shape
 from .io.storage.layout import level_chunks, level_shards
 from .io.storage.location import as_location, on_disk
@@ -46,7 +38,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.core.budget import holds
+from .runtime.core.regions import group_regions, holds
 from .runtime.core.unit_stream import Batch
 from .runtime.core.contract import MAX_INDEX, MAX_MB, THREADS, PlanContext, TaskParams
 from .runtime.core.units import PlacedUnit, Region, describe_region

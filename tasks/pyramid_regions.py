@@ -16,7 +16,8 @@ from pathlib import Path
 
 
 from .io.ngff.metadata import ImageMeta
-from .io.storage.arrays import ArraySpec, group_regions
+from .io.storage.arrays import ArraySpec
+from .runtime.core.regions import group_regions
 from .pyramid import LevelSpecs, LevelUnit, Params, _create_levels, _level_units
 from .runtime.core.contract import PlanContext
 

@@ -12,16 +12,7 @@ from pydantic import Field, model_validator
 
 from .errors import ConfigError, InputError
 from .io.storage.nodes import ArrayNode, GroupNode
-from .io.storage.arrays import (
-    ArraySpec,
-    Codec,
-    group_regions,
-    open_for_write,
-    open_input_array,
-    region_nbytes,
-    region_slices,
-    write_region,
-)
+from .io.storage.arrays import ArraySpec, Codec, open_for_write, open_input_array, write_region
 from .io.storage.subtrees import carry_subtrees
 from .io.ngff.metadata import (
     NGFF_FORMATS,
@@ -32,7 +23,7 @@ from .io.ngff.metadata import (
     read_image,
     write_image_metadata,
 )
-from .runtime.core.budget import holds
+from .runtime.core.regions import group_regions, holds, region_nbytes, region_slices
 from .runtime.core.contract import MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url

@@ -33,8 +33,7 @@ from .errors import InputError
 from .io.storage.transfer import each_node
 from .io.storage.nodes import ArrayNode, GroupNode
 from .io.storage.uploads import writes_in_flight
-from .io.storage.arrays import (PLATE_CODEC, ArraySpec, Codec, group_regions, open_for_write,
-                                open_input_array, write_region)
+from .io.storage.arrays import PLATE_CODEC, ArraySpec, Codec, open_for_write, open_input_array, write_region
 from .io.storage.guard import OutputGuard
 from .io.storage.location import as_location, location_key, zarr_url
 from .io.ngff.fov_table import table_rows, well_row, write_roi_tables
@@ -45,7 +44,7 @@ from .io.ngff.metadata import (NGFF_FORMATS, ImageMeta, Level, level_index, memb
 from .io.ngff.overview import OverviewLayout, overview_fits, overview_layout
 from .io.ngff.placement import Fov, Policy, compose
 from .io.ngff.well_canvas import Well, one_canvas
-from .runtime.core.budget import holds
+from .runtime.core.regions import group_regions, holds
 from .runtime.core.unit_stream import Batch, UnitStream
 from .runtime.core.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanContext, PositiveInt, TaskParams
 from .runtime.core.units import describe_region

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ import numpy as np
 import zarr
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...errors import ConfigError, InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
+from ...errors import InputError, InputNotFoundError, OutputExistsError, UnsafeOutputError
 from .atomic import read_json_if_exists
 from . import uploads
 from .guard import OutputGuard
@@ -322,55 +321,3 @@ def ensure_group(path: Path, zarr_format: int, ctx: WriteContext) -> None:
     path = guard.contain(path, what="group path")
     guard.will_create(path, absent=True if guard.skips_look(path) else None)
     guard.place.make_group(path, zarr_format)
-
-
-# The driver holds every unit of a step in memory (about 1 KB each with its ledger entry): beyond
-# this a plan would take minutes and gigabytes before the first unit runs.
-MAX_REGIONS = 2_000_000
-
-
-def block_regions(shape: tuple[int, ...], block: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
-    """Every block-aligned region of ``shape`` as ((start, stop), ...) per axis, C order."""
-    grids = [range(0, s, b) for s, b in zip(shape, block)]
-    count = math.prod(len(g) for g in grids)
-    if count > MAX_REGIONS:
-        raise ConfigError(f"shape {list(shape)} in pieces of {list(block)} is {count:,} units of work; one step plans "
-                          f"at most {MAX_REGIONS:,} (driver memory): use larger chunks or unit_mb, or a smaller shape")
-    regions = []
-    for index in np.ndindex(*[len(g) for g in grids]):
-        regions.append(tuple((grids[a][i], min(grids[a][i] + block[a], shape[a]))
-                             for a, i in enumerate(index)))
-    return regions
-
-
-def group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int,
-                  target_bytes: int) -> list[tuple[tuple[int, int], ...]]:
-    """Regions made of whole blocks, grown along the leading axes up to ~``target_bytes``, so a
-    unit is seconds of work (not one tiny chunk) yet never splits a block between two units.
-    The list is shared by every caller asking the same (a plate's wells do): never change it."""
-    return _group_regions(tuple(int(s) for s in shape), tuple(int(b) for b in block), int(itemsize),
-                          int(target_bytes))
-
-
-@lru_cache(maxsize=32)
-def _group_regions(shape: tuple[int, ...], block: tuple[int, ...], itemsize: int,
-                   target_bytes: int) -> list[tuple[tuple[int, int], ...]]:
-    grown = list(block)
-    for axis in range(len(shape)):
-        block_bytes = math.prod(min(g, s) for g, s in zip(grown, shape)) * itemsize
-        if block_bytes >= target_bytes:
-            break
-        factor = max(1, target_bytes // max(block_bytes, 1))
-        n_blocks = math.ceil(shape[axis] / block[axis])
-        grown[axis] = block[axis] * min(n_blocks, int(factor))
-        if grown[axis] < shape[axis]:
-            break
-    return block_regions(shape, tuple(grown))
-
-
-def region_slices(region: Sequence[Sequence[int]]) -> tuple[slice, ...]:
-    return tuple(slice(int(a), int(b)) for a, b in region)
-
-
-def region_nbytes(region: Sequence[Sequence[int]], itemsize: int) -> int:
-    return math.prod(int(b) - int(a) for a, b in region) * itemsize

@@ -11,7 +11,7 @@ zarrmill did not start) the workers' budgets are unknown: nothing is constrained
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 
 from ...errors import ConfigError
@@ -74,17 +74,3 @@ def resources_for(unit: Unit, budget: int | None) -> dict[str, int] | None:
     """What to ask the scheduler for: the unit's declared bytes, when the workers offer a budget."""
     need = unit_memory(unit)
     return {MEMORY: need} if budget is not None and need else None
-
-
-# a unit's peak over the region it writes, measured with /usr/bin/time on ``ingest layout: well``
-# (a 4x4-field, 10-plane well: 1.2x its volume above the interpreter's own): the region, the part of
-# a source being read into it, and the encoded shards on their way out
-REGION_COPIES = 1.5
-
-
-def holds(region: Any, itemsize: int, copies: float = REGION_COPIES) -> int:
-    """What a unit that assembles ``region`` ([[start, stop], ...]) in memory declares."""
-    n = itemsize
-    for a, b in region:
-        n *= int(b) - int(a)
-    return int(n * copies)
