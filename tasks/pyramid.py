@@ -147,7 +147,7 @@ def level_plan(p: Params, meta: ImageMeta, shape0: tuple[int, ...]) -> list[tupl
 def _stored_codec(arr: zarr.Array) -> Codec:
     """The Blosc settings a stored array was written with (zstd's defaults for another codec).
     A zarr v3 codec says them in ``to_dict``'s configuration; a v2 compressor (numcodecs) in
-    ``get_config``, its shuffle as a number (-1: Blosc chooses, as for "shuffle")."""
+    ``get_config``, its shuffle as a number (-1: Blosc chooses, bitshuffle for 1-byte items)."""
     for c in arr.compressors:
         if hasattr(c, "to_dict"):
             cfg = c.to_dict().get("configuration", {})
@@ -156,7 +156,8 @@ def _stored_codec(arr: zarr.Array) -> Codec:
         cname = cfg.get("cname") or getattr(c, "cname", None)
         if cname:
             shuffle = str(cfg.get("shuffle", "shuffle")).replace("BloscShuffle.", "")
-            shuffle = {"-1": "shuffle", "0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
+            auto = "bitshuffle" if arr.dtype.itemsize == 1 else "shuffle"
+            shuffle = {"-1": auto, "0": "noshuffle", "1": "shuffle", "2": "bitshuffle"}.get(shuffle, shuffle)
             return Codec(cname=cname, clevel=int(cfg.get("clevel", 5)), shuffle=shuffle,
                          blocksize=int(cfg.get("blocksize", 0) or 0))
     return Codec()

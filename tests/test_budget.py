@@ -58,7 +58,7 @@ def test_a_budget_smaller_than_two_units_runs_them_one_at_a_time(cli, tmp_path):
 def test_a_unit_larger_than_any_worker_is_refused_before_any_work(cli, tmp_path):
     """ingest layout well: a well (3x3 fields, 5 planes, 2 channels) is one unit of ~30 MB and more;
     workers of 4 MB cannot hold it: one line naming the unit and the setting, exit 2, nothing
-    written (the plan's skeleton rolled back), no worker started."""
+    written (the plan's skeleton never created), no worker started."""
     raw = tmp_path / "raw"
     assert cli("task", "generate-plate", "--set", f"output={raw}", "--set", "wells=[B03]")[0] == 0
     wf = write_workflow(tmp_path / "wf.yaml", {"ingest": {"task": "ingest", "params": {

@@ -140,7 +140,8 @@ def test_a_failed_plan_keeps_what_a_colleague_wrote_into_a_folder_the_run_made(c
     real_plan = generate.plan
 
     def plan_then_fail(p, ctx):
-        real_plan(p, ctx)  # the skeleton is written
+        real_plan(p, ctx)
+        ctx.create_nodes()  # the skeleton is written while planning (as compress and patches do)
         (shared / "new" / "other").mkdir()
         (shared / "new" / "other" / "results.csv").write_text("well,count\nB03,12\n")
         from zarrmill.errors import InputError
@@ -155,7 +156,8 @@ def test_a_failed_plan_keeps_what_a_colleague_wrote_into_a_folder_the_run_made(c
     assert "left as it is" in err and str(shared / "new") in err
 
 
-def test_a_failed_plan_still_leaves_storage_as_it_was(cli, tmp_path, patch_task):
+@pytest.mark.parametrize("made", [False, True], ids=["declared", "made-while-planning"])
+def test_a_failed_plan_still_leaves_storage_as_it_was(cli, tmp_path, patch_task, made):
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "keep.txt").write_text("x")
@@ -164,6 +166,8 @@ def test_a_failed_plan_still_leaves_storage_as_it_was(cli, tmp_path, patch_task)
 
     def plan_then_fail(p, ctx):
         real_plan(p, ctx)
+        if made:  # the skeleton written while planning (compress, patches), else only declared
+            ctx.create_nodes()
         from zarrmill.errors import InputError
         raise InputError(f"{p.output}: the plan failed on purpose")
 
@@ -327,6 +331,7 @@ def test_a_failed_plan_in_a_bucket_keeps_a_colleagues_object(cli, bucket, s3env,
 
     def plan_then_fail(p, ctx):
         real_plan(p, ctx)
+        ctx.create_nodes()  # the skeleton is written while planning (as compress and patches do)
         fs.pipe_file(f"{bucket}/new/plate.zarr/colleague.csv", b"well,count\n")
         fs.pipe_file(f"{bucket}/new/other/results.csv", b"a,b\n")
         fs.pipe_file(f"{bucket}/new/plate.zarr/0/colleague.csv", b"well,count\n")  # in a node the plan made
@@ -416,7 +421,8 @@ def test_a_failed_plan_keeps_a_colleagues_file_written_into_a_node_it_made(cli, 
     real_plan = generate.plan
 
     def plan_then_fail(p, ctx):
-        real_plan(p, ctx)  # the image's array "0" is made: a folder of the run's
+        real_plan(p, ctx)
+        ctx.create_nodes()  # made while planning, as compress and patches make theirs: "0" is the run's
         theirs = out / "0" / "colleague.csv"
         theirs.write_text("well,count\n")
         os.chown(theirs, 65534, 65534)  # another user's, as on a shared folder

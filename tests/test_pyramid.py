@@ -209,3 +209,15 @@ def test_fractal_written_04_plate(cli, tmp_path):
     assert attrs["omero"]["channels"][0]["label"] == "DAPI"
     validate_store(plate)
     assert check_store(plate)[0] == []
+
+
+def test_blosc_choosing_the_shuffle_is_read_as_what_it_chooses(cli, tmp_path):
+    """A v2 level 0 written elsewhere with Blosc's automatic shuffle (-1): bitshuffle for 1-byte
+    items, as Blosc itself chooses, so the new levels compress as level 0 does."""
+    img = tmp_path / "img.zarr"
+    make_image(cli, img, (4, 512, 512), "zyx", dtype="uint8", version="0.4")
+    meta = json.loads((img / "0" / ".zarray").read_text())
+    meta["compressor"]["shuffle"] = -1
+    (img / "0" / ".zarray").write_text(json.dumps(meta))
+    assert pyramid(cli, img, "min_size=64")[0] == 0
+    assert json.loads((img / "1" / ".zarray").read_text())["compressor"]["shuffle"] == 2

@@ -3,8 +3,9 @@ volume and its pyramid, a region and its encoded shards, a plane stack); every w
 budget (a share of its memory limit) as the dask resource ``MEMORY``, and the scheduler starts a
 unit only where the budget it needs is free. So as many units run at once as the memory allows on
 every executor zarrmill starts, whatever the worker's thread count, and a unit larger than any
-worker's budget is refused with one line after planning, before any unit runs (the plan is rolled
-back: storage stays as it was).
+worker's budget is refused with one line after planning, before any unit runs and before the
+plan's skeleton is created (runtime/execution/step_run.py; the output's parent folders and
+bookkeeping it made are rolled back).
 
 Units that declare nothing run unconstrained, as before. On an ``address`` executor (a scheduler
 zarrmill did not start) the workers' budgets are unknown: nothing is constrained or refused."""

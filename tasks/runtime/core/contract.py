@@ -4,7 +4,10 @@ A task is a module with:
 
 - ``Params``: a :class:`TaskParams` subclass (pydantic, ``extra="forbid"``, typed, bounded, described);
 - ``plan(params, ctx) -> list[Unit]``: on the driver, cheap. Reads input metadata, validates it,
-  creates the output skeleton, returns units: instances of the task's own frozen dataclasses on
+  declares the output skeleton (appends ``GroupNode`` / ``ArrayNode`` of ``zarrmill.io.storage.nodes``
+  to ``ctx.nodes``, parents first: the engine creates them through the output guard once the plan
+  is whole and fits the workers' budget; a plan that must write into a node while planning creates
+  it at once with ``ensure_group`` / ``ensure_array``), returns units: instances of the task's own frozen dataclasses on
   :class:`TypedUnit` (units.py: a unique ``id``, a ``stage``: all units of a stage finish before
   the next stage starts, the ``memory`` it holds), or JSON-able dicts with those keys. What
   ``finish`` needs of what ``plan`` read goes in ``ctx.carried``, never in a module's globals. A
@@ -127,7 +130,8 @@ class TaskParams(BaseModel):
 class PlanContext:
     """What the engine tells ``plan``/``finish``.
 
-    step: the step's name in the workflow. resume: the ledger already holds this step with the same
+    step: the step's name in the workflow. nodes: the groups and arrays the plan declares, in
+    the order they are to be created (``create_nodes`` is the engine's call, after the plan). resume: the ledger already holds this step with the same
     parameters, so existing output arrays must be kept (open, never recreate). overwrite: the user
     asked to replace an existing output. guard: the output guard every node the plan creates or
     replaces goes through (never delete or replace anything by hand). saved: what an earlier plan of
@@ -154,7 +158,8 @@ class PlanContext:
     nodes: list[Node] = dataclass_field(default_factory=list)
 
     def create_nodes(self) -> None:
-        """Create the nodes the plan declared, in order, through the output guard."""
+        """Create the nodes the plan declared, in order, through the output guard. The engine calls
+        it once the plan is whole and fits the budget; a plan calling it would write before then."""
         from ...io.storage.nodes import create_nodes
 
         nodes = list(self.nodes)
