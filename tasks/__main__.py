@@ -1,6 +1,4 @@
 """``python -m zarrmill`` is the same as the ``zarrmill`` command (used in job scripts)."""
-import sys
+from zarrmill.runtime.front.cli import run
 
-from zarrmill.runtime.front.cli import main
-
-sys.exit(main())
+run()

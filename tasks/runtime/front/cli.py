@@ -180,6 +180,14 @@ def _add_set(p: argparse.ArgumentParser) -> None:
                         "executor.KIND.SETTING=..)")
 
 
+def run() -> None:
+    """The ``zarrmill`` command and ``python -m zarrmill``: :func:`main`, then the process ends with
+    its code (process_exit.py: without the interpreter's teardown when nothing needs it)."""
+    from .process_exit import run_and_leave
+
+    run_and_leave(main)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .redaction import redacted_terminal
 
