@@ -183,20 +183,20 @@ def plan_wells(p: Params, plate: dict, wells: list[Well], version: str, ctx: Pla
                complete: Callable[[ComposeUnit], ComposeUnit] | None = None) -> UnitStream:
     """The output plate's groups and arrays, and the units writing every well image (and the
     overview); ``complete`` finishes each compose unit as it is made (ingest: the files it reads)."""
-    zf = NGFF_FORMATS[version]
-    out = p.output_path()
-    ctx.nodes.append(GroupNode(out, zf))
+    out, pp = p.output_path(), p.pyramid_params()  # once per plate, not per well
+    ctx.nodes.append(GroupNode(out, NGFF_FORMATS[version]))
     stream = UnitStream()
     for well in wells:
-        _plan_well(p, well, version, zf, ctx, stream, complete or (lambda unit: unit))
+        _plan_well(p, pp, out, well, version, ctx, stream, complete or (lambda unit: unit))
     if p.overview and overview_fits(wells, warn_of=out):
         stream.add(_plan_overview(p, plate, wells, version, ctx))
     return stream
 
 
-def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, stream: UnitStream,
-               complete: Callable[[ComposeUnit], ComposeUnit]) -> None:
-    out = p.output_path()
+def _plan_well(p: Params, pp: pyramid.Params, out: Path, well: Well, version: str, ctx: PlanContext,
+               stream: UnitStream, complete: Callable[[ComposeUnit], ComposeUnit]) -> None:
+    """One well image (under ``out``; its levels by ``pp``): its nodes declared, its units added."""
+    zf = NGFF_FORMATS[version]
     for part in (well.path.split("/")[0], well.path, f"{well.path}/{p.image_name}"):
         ctx.nodes.append(GroupNode(out / part, zf))
     image = out / well.path / p.image_name
@@ -210,7 +210,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
         # levels built from it in memory (every byte written once, nothing read back); level shards
         # span channels only where one unit holds them all
         whole = volume_bytes * math.prod(well.lead_shape) <= p.volume_mb * 2**20
-        levels = pyramid.plan_levels_in_memory(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+        levels = pyramid.plan_levels_in_memory(pp, out, f"{well.path}/{p.image_name}",
                                                well.image_meta(image, version), spec, ctx, across_lead=whole)
         leads = [[[0, n] for n in well.lead_shape]] if whole else \
             [[[k, k + 1] for k in lead] for lead in np.ndindex(*well.lead_shape)]
@@ -231,7 +231,7 @@ def _plan_well(p: Params, well: Well, version: str, zf: int, ctx: PlanContext, s
 
     stream.add_batch(Batch(0, len(sizes), max(sizes), sum(sizes), all(sizes), lambda i: f"{well.path}:0:{i}",
                            unit_of))
-    for batch in pyramid.image_level_batches(p.pyramid_params(), out, f"{well.path}/{p.image_name}",
+    for batch in pyramid.image_level_batches(pp, out, f"{well.path}/{p.image_name}",
                                              well.image_meta(image, version), spec, ctx, sparse=True):
         stream.add_batch(batch)
 

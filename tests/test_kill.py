@@ -113,3 +113,43 @@ def test_sigkill_at_any_moment_then_plain_rerun_is_identical(cli, tmp_path, exec
     # the last moment of a step can come after its last write; most kills land mid-way
     late = len(STEPS) if "done" in fractions else 0  # the last moment of a step may come after its last write
     assert killed >= len(moments) - late, f"only {killed} of {len(moments)} kills landed before the run ended"
+
+
+KILL_IN_CLAIM = """
+import os, sys
+from zarrmill.io.storage import disk_backend
+from zarrmill.runtime.front.cli import main
+
+real_write = disk_backend._write_synced
+
+def write_then_die(out, data, path, durable=True, undo=None):
+    real_write(out, data, path, durable, undo)
+    if str(path).endswith(".zarrmill-claim"):  # the claim's temp file is written, not yet renamed
+        os.kill(os.getpid(), 9)
+
+disk_backend._write_synced = write_then_die
+main(sys.argv[1:])
+"""
+
+
+def test_a_kill_while_the_claim_goes_in_reruns_to_the_same_store(tmp_path):
+    """SIGKILL between the claim's temp file and its rename (the window a kill at the start of a
+    step hit in CI): the rerun takes the store as new, removes that temp file (it carries the id of
+    the owner marker beside it) and ends with the store an uninterrupted run makes."""
+    args = ["task", "generate", "--set", "shape=[4,64,64]", "--set", "axes=zyx", "--executor", "sync"]
+    out, clean = tmp_path / "killed" / "img.zarr", tmp_path / "clean" / "img.zarr"
+    killed = subprocess.run([sys.executable, "-c", KILL_IN_CLAIM, *args, "--set", f"output={out}"],
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    left = sorted(p.name for p in out.iterdir())
+    assert len(left) == 1 and left[0].startswith(".zarrmill-claim.") and left[0].endswith(".partial"), left
+    # a neighbour's file of the same form, not carrying the marker's id, is never removed
+    (out / (".zarrmill-claim." + "0" * 32 + ".partial")).write_text('{"id": "someone else"}')
+    rerun = subprocess.run([sys.executable, "-m", "zarrmill", *args, "--set", f"output={out}"],
+                           capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert [p.name for p in out.iterdir() if p.name.endswith(".partial")] == [".zarrmill-claim." + "0" * 32 + ".partial"]
+    (out / (".zarrmill-claim." + "0" * 32 + ".partial")).unlink()
+    assert subprocess.run([sys.executable, "-m", "zarrmill", *args, "--set", f"output={clean}"],
+                          capture_output=True).returncode == 0
+    assert tree_digest(out) == tree_digest(clean)

@@ -21,7 +21,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Pattern
 
 from ...errors import UnsafeOutputError, warn
 
@@ -358,3 +358,33 @@ def discard_temp(path: os.PathLike[str] | str) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def remove_files_carrying(folder: os.PathLike[str] | str, names: Pattern[str], ours: Callable[[bytes], bool],
+                          most: int = 4096) -> None:
+    """Remove the regular files of ``folder`` whose names match ``names`` and whose content (its
+    first ``most`` bytes) ``ours`` recognises: each is read and removed through one handle of the
+    folder, never through a link, and only while its name still names the file that was read
+    (judged at the moment of removing it); any other is left as it is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for name in [n for n in os.listdir(fd) if names.match(n)]:
+            try:
+                one = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                seen = os.fstat(one)
+                data = os.read(one, most) if stat.S_ISREG(seen.st_mode) else b""
+            finally:
+                os.close(one)
+            if not stat.S_ISREG(seen.st_mode) or not ours(data):
+                continue
+            now = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -20,6 +21,9 @@ CREATED_LOG = "created.log"
 LOCK_FILES = ("lock", "lock.takeover")  # the run lock lives beside the owner marker
 # inside a store while its first step runs: the id of its owner marker (ownership.py)
 CLAIM_FILE = ".zarrmill-claim"
+# the claim on its way in (disk_backend.replace writes a temp file, then renames it): a kill in
+# between leaves it in the store, with the id of the marker beside it (ownership.py)
+CLAIM_PARTIAL = re.compile(r"\.zarrmill-claim\.[0-9a-f]{32}\.partial\Z")
 # files that mark a folder as zarrmill's own bookkeeping: a run folder, a scheduled run's state folder
 BOOKKEEPING_MARKERS = (".zarrmill-run", ".zarrmill-state")
 

@@ -43,6 +43,9 @@ class BucketPlace:
         return [(inp, src == root, root.startswith(src), src.startswith(root))
                 for inp, src in ((i, str(i).rstrip("/") + "/") for i in self.inputs)]
 
+    def drop_interrupted_claims(self, owner_id: str | None) -> None:
+        """Nothing to do: a claim is one PUT, which leaves no temp object behind."""
+
     def has_content(self) -> bool:
         """Objects under the prefix other than its claim (one LIST of two keys; once per check)."""
         first = self._first if self._first is not None else probe_prefix(self.root, 2)

@@ -4,6 +4,7 @@ whatever owns them; deletes go by descriptor from the root as judged, never thro
 (guard_fs.py). The protocol it keeps is places.Place."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -14,19 +15,26 @@ from ...errors import InputNotFoundError, UnsafeOutputError, warn
 from . import guard_empty, guard_fs
 from .backend import DiskBackend
 from .location import Location, Where, on_disk, zarr_url
-from .paths import CLAIM_FILE, LOCK_FILES, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete, real
+from .paths import CLAIM_FILE, CLAIM_PARTIAL, LOCK_FILES, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete, real
 
 
 def _listing(path: Path) -> list[str]:
     """What a folder holds, a store's claim file left out (zarrmill's own: a regular file, never a
-    link someone put in its place)."""
+    link someone put in its place), and so is a claim a kill interrupted on its way in."""
     try:
         names = os.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    if CLAIM_FILE in names and guard_fs.is_regular(path / CLAIM_FILE):
-        names.remove(CLAIM_FILE)
-    return names
+    return [name for name in names
+            if not ((name == CLAIM_FILE or CLAIM_PARTIAL.match(name)) and guard_fs.is_regular(path / name))]
+
+
+def _claim_id(data: bytes) -> object:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    return doc.get("id") if isinstance(doc, dict) else None
 
 
 class DiskPlace:
@@ -92,6 +100,14 @@ class DiskPlace:
 
     def has_content(self) -> bool:
         return bool(_listing(self.root))
+
+    def drop_interrupted_claims(self, owner_id: str | None) -> None:
+        """Remove the temp files of a claim a kill interrupted (``CLAIM_PARTIAL``) that carry the id
+        of the owner marker beside the store: zarrmill's by what they carry. Each is read and
+        removed through one folder handle, never through a link, and only while its name still
+        names the file that was read; any other is left as it is."""
+        if owner_id is not None:
+            guard_fs.remove_files_carrying(self.root, CLAIM_PARTIAL, lambda data: _claim_id(data) == owner_id)
 
     def entries(self, node: Where) -> list[Location]:
         return [Path(node) / name for name in _listing(Path(node))]
