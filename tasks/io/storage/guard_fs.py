@@ -383,6 +383,9 @@ def remove_files_carrying(folder: os.PathLike[str] | str, names: Pattern[str], o
                 os.close(one)
             if not stat.S_ISREG(seen.st_mode) or not ours(data):
                 continue
+            # the same file as read: two looks through one handle on this node, a moment apart (what
+            # makes it zarrmill's is its content, never these numbers); a link put in its place
+            # since is removed itself, never what it points to
             now = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino):
                 os.unlink(name, dir_fd=fd)
