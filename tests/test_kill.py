@@ -143,6 +143,16 @@ def test_a_kill_while_the_claim_goes_in_reruns_to_the_same_store(tmp_path):
     assert killed.returncode == -9, killed.stderr
     left = sorted(p.name for p in out.iterdir())
     assert len(left) == 1 and left[0].startswith(".zarrmill-claim.") and left[0].endswith(".partial"), left
+    # a link of that form (someone's, to a file carrying the marker's id) is content: the store is
+    # refused, the link and its file left as they are
+    theirs, link = tmp_path / "theirs.json", out / (".zarrmill-claim." + "1" * 32 + ".partial")
+    theirs.write_text((out / left[0]).read_text())
+    link.symlink_to(theirs)
+    refused = subprocess.run([sys.executable, "-m", "zarrmill", *args, "--set", f"output={out}"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "was not created by zarrmill" in refused.stderr, refused.stderr
+    assert link.is_symlink() and theirs.read_text() == (out / left[0]).read_text()
+    link.unlink()
     # a neighbour's file of the same form, not carrying the marker's id, is never removed
     (out / (".zarrmill-claim." + "0" * 32 + ".partial")).write_text('{"id": "someone else"}')
     rerun = subprocess.run([sys.executable, "-m", "zarrmill", *args, "--set", f"output={out}"],

@@ -63,6 +63,12 @@ class WriteContext(Protocol):
     guard: OutputGuard | None
 
 
+def check_array_name(root: Where, name: str) -> None:
+    """An array's path under its group: plain names, never '..' ("" for the group itself)."""
+    if name and any(part in ("..", "") for part in name.split("/")):
+        raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
+
+
 def _guard(ctx: WriteContext) -> OutputGuard:
     """The run's own guard, tied to its lock: a node is never created or replaced without it (a
     guard made here would judge ownership without the run's lock and records)."""
@@ -99,8 +105,7 @@ def ensure_array(root: Path, name: str, spec: ArraySpec, ctx: WriteContext) -> N
     half-made output), and only if zarrmill created it (the output guard); a fresh run never
     silently reuses one."""
     guard = _guard(ctx)
-    if any(part in ("..", "") for part in name.split("/")) and name:
-        raise UnsafeOutputError(f"{root}: array path {name!r} must be plain names without '..'")
+    check_array_name(root, name)
     path = guard.contain(as_location(root) / name if name else as_location(root), what="array path")
     place = guard.place
     there = not guard.skips_look(path) and place.node_there(path)

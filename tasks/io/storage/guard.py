@@ -120,7 +120,7 @@ class OutputGuard:
         self.prepare()
         if self.in_place or self.owned():
             return
-        self.place.drop_interrupted_claims(self.ownership.owner_id())  # a claim killed on its way in
+        self.place.drop_interrupted_claims(self.ownership.carries_marker_id)  # a claim killed on its way in
         meta = self.place.meta
         for key in meta.keys():  # a ledger left by a store that stood here before is not this one's
             if key.split("/", 1)[0] not in (OWNER_FILE, *LOCK_FILES) and not key.endswith(".partial"):

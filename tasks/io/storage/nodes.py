@@ -1,6 +1,6 @@
 """The groups and arrays of an output that a plan declares as it goes, created in one pass once
 the plan is whole: valid, and within the workers' budget (runtime/execution/step_run.py). A plan
-that fails before then has written nothing, and the order of the list is the order of creation
+that fails before then has created no node, and the order of the list is the order of creation
 (a group before what it holds), so the output guard records each node as it did before.
 
 Plans that write into a node while planning (compress's summary, patches' table) create that node
@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ...errors import UnsafeOutputError
-from .arrays import ArraySpec, WriteContext, ensure_array, ensure_group
+from .arrays import ArraySpec, WriteContext, check_array_name, ensure_array, ensure_group
 from .location import Where
 
 
@@ -30,8 +29,7 @@ class ArrayNode:
     spec: ArraySpec
 
     def __post_init__(self) -> None:  # a name from metadata is judged where it is built
-        if self.name and any(part in ("..", "") for part in self.name.split("/")):
-            raise UnsafeOutputError(f"{self.root}: array path {self.name!r} must be plain names without '..'")
+        check_array_name(self.root, self.name)
 
 
 Node = GroupNode | ArrayNode

@@ -59,6 +59,11 @@ class Ownership:
                 _json_dict(self.store.read(CLAIM_FILE)).get("id") == ident or provenance_owner(self.root) == ident)
         return self._owned
 
+    def carries_marker_id(self, data: bytes) -> bool:
+        """``data`` is a claim naming this store's owner marker (a claim's temp file a kill left)."""
+        ident = self.owner_id()
+        return ident is not None and _json_dict(data).get("id") == ident
+
     def forget(self) -> None:
         self._doc = self._owned = None
 

@@ -4,7 +4,7 @@ claim alone counts as empty); deletes are literal key lists. The protocol it kee
 places.Place."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
@@ -43,7 +43,7 @@ class BucketPlace:
         return [(inp, src == root, root.startswith(src), src.startswith(root))
                 for inp, src in ((i, str(i).rstrip("/") + "/") for i in self.inputs)]
 
-    def drop_interrupted_claims(self, owner_id: str | None) -> None:
+    def drop_interrupted_claims(self, ours: Callable[[bytes], bool]) -> None:
         """Nothing to do: a claim is one PUT, which leaves no temp object behind."""
 
     def has_content(self) -> bool:

@@ -4,11 +4,10 @@ whatever owns them; deletes go by descriptor from the root as judged, never thro
 (guard_fs.py). The protocol it keeps is places.Place."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 
 from ...errors import InputNotFoundError, UnsafeOutputError, warn
@@ -27,14 +26,6 @@ def _listing(path: Path) -> list[str]:
         return []
     return [name for name in names
             if not ((name == CLAIM_FILE or CLAIM_PARTIAL.match(name)) and guard_fs.is_regular(path / name))]
-
-
-def _claim_id(data: bytes) -> object:
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    return doc.get("id") if isinstance(doc, dict) else None
 
 
 class DiskPlace:
@@ -101,13 +92,12 @@ class DiskPlace:
     def has_content(self) -> bool:
         return bool(_listing(self.root))
 
-    def drop_interrupted_claims(self, owner_id: str | None) -> None:
-        """Remove the temp files of a claim a kill interrupted (``CLAIM_PARTIAL``) that carry the id
-        of the owner marker beside the store: zarrmill's by what they carry. Each is read and
-        removed through one folder handle, never through a link, and only while its name still
-        names the file that was read; any other is left as it is."""
-        if owner_id is not None:
-            guard_fs.remove_files_carrying(self.root, CLAIM_PARTIAL, lambda data: _claim_id(data) == owner_id)
+    def drop_interrupted_claims(self, ours: Callable[[bytes], bool]) -> None:
+        """Remove the temp files of a claim a kill interrupted (``CLAIM_PARTIAL``) whose content
+        ``ours`` recognises (the id of the owner marker beside the store: ownership.py). Each is
+        read and removed through one folder handle, never through a link, and only while its name
+        still names the file that was read; any other is left as it is."""
+        guard_fs.remove_files_carrying(self.root, CLAIM_PARTIAL, ours)
 
     def entries(self, node: Where) -> list[Location]:
         return [Path(node) / name for name in _listing(Path(node))]

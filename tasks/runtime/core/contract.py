@@ -4,12 +4,13 @@ A task is a module with:
 
 - ``Params``: a :class:`TaskParams` subclass (pydantic, ``extra="forbid"``, typed, bounded, described);
 - ``plan(params, ctx) -> list[Unit]``: on the driver, cheap. Reads input metadata, validates it,
-  declares the output skeleton (appends ``GroupNode`` / ``ArrayNode`` of ``zarrmill.io.storage.nodes``
-  to ``ctx.nodes``, parents first: the engine creates them through the output guard once the plan
-  is whole and fits the workers' budget; a plan that must write into a node while planning creates
-  it at once with ``ensure_group`` / ``ensure_array``), returns units: instances of the task's own frozen dataclasses on
-  :class:`TypedUnit` (units.py: a unique ``id``, a ``stage``: all units of a stage finish before
-  the next stage starts, the ``memory`` it holds), or JSON-able dicts with those keys. What
+  declares the output skeleton (appends ``GroupNode`` / ``ArrayNode`` of
+  ``zarrmill.io.storage.nodes`` to ``ctx.nodes``, parents first: the engine creates them through
+  the output guard once the plan is whole and fits the workers' budget; a plan that must write into
+  a node while planning creates it at once with ``ensure_group`` / ``ensure_array``), returns
+  units: instances of the task's own frozen dataclasses on :class:`TypedUnit` (units.py: a
+  unique ``id``, a ``stage``: all units of a stage finish before the next stage starts, the
+  ``memory`` it holds), or JSON-able dicts with those keys. What
   ``finish`` needs of what ``plan`` read goes in ``ctx.carried``, never in a module's globals. A
   plan may place another task's units in its stages (a :class:`~.units.PlacedUnit`, such as the
   pyramid's ``LevelUnit``, carries its store's root): the engine runs those as they are;
@@ -131,8 +132,9 @@ class PlanContext:
     """What the engine tells ``plan``/``finish``.
 
     step: the step's name in the workflow. nodes: the groups and arrays the plan declares, in
-    the order they are to be created (``create_nodes`` is the engine's call, after the plan). resume: the ledger already holds this step with the same
-    parameters, so existing output arrays must be kept (open, never recreate). overwrite: the user
+    the order they are to be created (``create_nodes`` is the engine's call, after the plan).
+    resume: the ledger already holds this step with the same parameters, so existing output
+    arrays must be kept (open, never recreate). overwrite: the user
     asked to replace an existing output. guard: the output guard every node the plan creates or
     replaces goes through (never delete or replace anything by hand). saved: what an earlier plan of
     the same step read, kept for a resume. problems: on a dry run, a list to which a task adds what
