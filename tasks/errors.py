@@ -56,6 +56,14 @@ class ExecutorError(ZarrmillError, RuntimeError):
     """The cluster could not be started or lost all its workers."""
 
 
+class Terminated(KeyboardInterrupt):
+    """The process was sent SIGTERM (``kill``, ``scancel`` of a submitted driver, a job's walltime):
+    handled as Ctrl-C is (units stop, worker jobs are cancelled, the ledger keeps what is done),
+    and the command ends with 143 instead of 130."""
+
+    exit_code = 143
+
+
 class UnitError(ZarrmillError, RuntimeError):
     """Raised on a worker to describe a failed unit in one line."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, budget_of
 from .schedulers import scheduler
-from .schedulers.base import Scheduler, checked_script, job_script_value, sanitize_job_name, shell_safe_path, tail_file
+from .schedulers.base import Scheduler, checked_script, jobqueue_module, job_script_value, sanitize_job_name, shell_safe_path, tail_file
 from .spec import ExecutorSpec, Resources
 
 # dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers, which turns off glibc's dynamic mmap
@@ -181,8 +181,7 @@ def cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Reso
 def render_job_script(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None) -> str:
     """The worker job script a run would submit, without starting a scheduler or writing anything:
     TLS files and the scheduler address appear as placeholders (they exist once the run starts)."""
-    from dask_jobqueue.core import Job
-
+    Job = jobqueue_module("dask_jobqueue.core").Job
     batch = scheduler(spec.kind)
     kwargs = cluster_kwargs(spec, name, run_dir, resources)
     security, protocol = kwargs.pop("security", None), "tcp://"

@@ -247,9 +247,17 @@ def _main(argv: list[str]) -> int:
         print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
               "please report it)", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("zarrmill: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (errors.Terminated): never a success
+        return interrupted(err)
+
+
+def interrupted(err: BaseException) -> int:
+    """The one line and the exit code of an interrupted command (130 for Ctrl-C, 143 for SIGTERM)."""
+    from ...errors import Terminated
+
+    what = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted"
+    print(f"zarrmill: {what}; rerun the same command to resume", file=sys.stderr)
+    return Terminated.exit_code if isinstance(err, Terminated) else 130
 
 
 # libraries whose log records would print beside zarrmill's one line (tifffile's "invalid offset",

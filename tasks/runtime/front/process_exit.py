@@ -14,9 +14,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from typing import Callable, NoReturn
+
+from ...errors import Terminated
 
 
 def still_running() -> list[str]:
@@ -27,18 +30,32 @@ def still_running() -> list[str]:
     return children + threads
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C raises KeyboardInterrupt and SIGTERM raises ``Terminated`` in the main thread, so
+    both stop a run the same way (units stop, worker jobs are cancelled, the ledger keeps what is
+    done) and the command says so and exits 130 or 143; a library that set its own handler on
+    import (dask-jobqueue: ``sys.exit()``, exit 0) does not decide how a run ends."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 def run_and_leave(main: Callable[[], int]) -> NoReturn:
     """``main()``, then end the process with its code (see the module's docstring). An error
     ``--debug`` lets through is printed as Python prints one (``sys.excepthook``: redacted) and
     ends the process with 1, as an uncaught error would."""
+    stop_on_signals()
     try:
         code = main()
     except SystemExit as done:  # sys.exit inside: its code, its message as Python prints it
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if done.code is not None and not isinstance(done.code, int):
             print(done.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt as err:
+        code = getattr(err, "exit_code", 130)
     except BaseException:  # noqa: BLE001 - printed whole, as the interpreter would
         sys.excepthook(*sys.exc_info())
         code = 1

@@ -82,18 +82,16 @@ class Scheduler:
         return first * 60 + second  # MM:SS
 
     def cluster(self) -> type:
-        import dask_jobqueue
-
-        return getattr(dask_jobqueue, self.cluster_class)
+        return getattr(jobqueue_module("dask_jobqueue"), self.cluster_class)
 
     def job(self) -> type:
-        return getattr(importlib.import_module(self.job_module), self.job_class)
+        return getattr(jobqueue_module(self.job_module), self.job_class)
 
     @cached_property
     def parameters(self) -> frozenset[str]:
         """Every keyword the cluster class (and its job class) accepts."""
-        from dask_jobqueue.core import Job, JobQueueCluster
-
+        core = jobqueue_module("dask_jobqueue.core")
+        Job, JobQueueCluster = core.Job, core.JobQueueCluster
         names: set[str] = set()
         for cls in (self.cluster(), JobQueueCluster, self.job(), Job):
             names |= {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")}
@@ -110,6 +108,27 @@ class Scheduler:
     def job_state(self, job_id: str) -> tuple[str, str]:
         """(state, exit code) of a job, as far as the scheduler still knows it."""
         return "UNKNOWN", ""
+
+    def job_states(self, job_ids: list[str]) -> dict[str, tuple[str, str]]:
+        """{job id: (state, why it waits)} of jobs the scheduler still lists (pending, running, just
+        ended); a job it no longer lists is absent. One command where the scheduler allows it."""
+        out = {}
+        for job_id in job_ids:
+            state, _ = self.job_state(job_id)
+            if state != "UNKNOWN":
+                out[job_id] = (state, "")
+        return out
+
+    def pending_problem(self, reason: str) -> str | None:
+        """What to change when a pending job's ``reason`` will never clear by waiting (a limit of the
+        partition or queue, an account it may not use); None for a reason that clears (resources,
+        priority) or one the scheduler does not give."""
+        return None
+
+    def queue_problems(self, script: str) -> list[str]:
+        """The worker job script against the queue's limits (run time, memory, cores, accounts),
+        where the scheduler's own check would let it through and the job would wait forever."""
+        return []
 
     def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:
         """Worker jobs of these names the scheduler ended for a reason (memory, run time, node)."""
@@ -133,6 +152,23 @@ class Scheduler:
 
     def follow_hint(self, job_id: str) -> str:
         return ""
+
+
+def jobqueue_module(name: str) -> Any:
+    """A module of dask-jobqueue, imported without its side effect on this process: importing the
+    package makes Ctrl-C call ``sys.exit()`` (its runner module sets a SIGINT handler at import),
+    so an interrupted run ended with exit 0 as if it had succeeded. The handler in force before
+    the import is put back."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        return importlib.import_module(name)
+    finally:
+        if main and before is not None and signal.getsignal(signal.SIGINT) is not before:
+            signal.signal(signal.SIGINT, before)
 
 
 def run_command(args: list[str], timeout: float = 60, input: str | None = None, what: str = "") -> str:
