@@ -190,3 +190,47 @@ def test_a_pool_no_step_used_for_idle_timeout_releases_its_jobs(cli, sge, tmp_pa
     assert len(watcher.last_seen) == 2, watcher.last_seen  # last never queues a third pool
     first, second = sorted(watcher.last_seen.values())
     assert (second - first > 3) == bool(idle), watcher.last_seen
+
+
+def test_a_run_three_times_its_workers_run_time_completes(cli, sge, tmp_path):
+    """One worker job of a 30 s h_rt, 90 s of units: each job leaves before its h_rt (its lifetime)
+    and the pool submits the next. Before: the run waited forever once the first job ended."""
+    import json
+
+    out = tmp_path / "chk"
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(out), "units": 45, "busy_ms": 2000}}}, name="runtime-x3",
+        executor=sge_executor(sge, tmp_path, jobs=1, walltime="00:00:30"))
+    code, _, err = cli("run", wf)
+    assert code == 0, err
+    assert done_units(out, "chk") == 45
+    jobs = {json.loads(f.read_text())["job"] for f in (out / "units").glob("*.json")}
+    assert len(jobs) >= 3, jobs
+
+
+def test_every_worker_deleted_mid_step_is_replaced(cli, sge, tmp_path):
+    """qdel of every worker job while units remain: new jobs take them, the output is the same."""
+    ref, out = tmp_path / "ref" / "img.zarr", tmp_path / "out" / "img.zarr"
+    big = dict(shape=(2, 32, 256, 256), chunks=(1, 8, 32, 32), unit_mb=0.02)
+    assert cli("run", write_workflow(tmp_path / "ref.yaml", {"gen": generate_step(ref, **big)}))[0] == 0
+    wf = write_workflow(tmp_path / "wf.yaml", {"gen": generate_step(out, **big)}, name="qdel-all",
+                        executor=sge_executor(sge, tmp_path, jobs=2))
+    deleted: list[str] = []
+
+    def delete_all_when_busy():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ids = [job_id for job_id, name, _ in qstat_jobs() if name == "zm-qdel-all"]
+            if done_units(out, "gen") >= 10 and len(ids) >= 2:
+                subprocess.run(["qdel", *ids], check=True, capture_output=True)
+                deleted.extend(ids)
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=delete_all_when_busy, daemon=True)
+    killer.start()
+    code, _, err = cli("run", wf)
+    killer.join()
+    assert deleted, "the test must really delete every worker job mid-step"
+    assert code == 0, err
+    assert tree_digest(out.parent) == tree_digest(ref.parent)

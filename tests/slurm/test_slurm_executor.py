@@ -241,8 +241,10 @@ def test_a_partition_slurm_rejects_fails_within_seconds_with_sbatchs_message(cli
     assert time.monotonic() - t0 < executor["worker_start_timeout"], "an sbatch rejection must end the run at once"
     assert not [n for n in squeue_names() if "bad-partition" in n]
     line = err.strip().splitlines()[-1]
-    assert code == 1 and "SLURM rejects the worker jobs" in line and "invalid partition" in line, err
+    # a setting the cluster rejects is bad input (exit 2), and the rejected run leaves no run folder
+    assert code == 2 and "SLURM rejects the worker jobs" in line and "invalid partition" in line, err
     assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):

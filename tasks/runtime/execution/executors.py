@@ -15,9 +15,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 
-from ...errors import ExecutorError
+from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, PlanSize, budget_of
 from .jobqueue import UNSET_TRIM, batch_unit_budget, fitting_pool, start_pool
+from .pool_keeper import PoolKeeper
 from .schedulers import BATCH_KINDS, scheduler
 from .local_kinds import POOL_KINDS, pool_kind
 from .machine import available_cpus, available_memory
@@ -67,6 +68,8 @@ class Executor:
         self._last_used: dict[tuple, float] = {}  # pool -> when its last step ended (monotonic)
         self._chosen: dict[tuple, tuple] = {}  # (kind, step resources) -> the pool client_for gave
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
+        self._keepers: dict[int, PoolKeeper] = {}  # id(batch client) -> what keeps its pool's size
+        self._made_run_dir = False  # this run made its run folder (a rejected run removes it again)
 
     def client_for(self, resources: Resources | None, workers: str = "processes", plan: PlanSize | None = None) -> Any:
         """``workers``: what the task runs best on. On the ``local`` executor a task whose units
@@ -136,6 +139,7 @@ class Executor:
                     and now - self._last_used.get(k, now) > self.spec.idle_timeout]:
             cluster, client = self._pools.pop(key)
             self._started_pools.pop(key)
+            self._keepers.pop(id(client), None)
             client.close()
             cluster.close()
 
@@ -187,8 +191,16 @@ class Executor:
                 raise ExecutorError("executor.kind is 'address' but executor.address is not set")
             return None, Client(self.spec.address, set_as_default=False)
         if kind in BATCH_KINDS:
+            made = self._made_run_dir or not self.run_dir.exists()
             make_run_dir(self.run_dir)
-            cluster, client = start_pool(self.spec, self.name, self.run_dir, resources)
+            self._made_run_dir = made
+            try:
+                cluster, client, keeper = start_pool(self.spec, self.name, self.run_dir, resources)
+            except ConfigError:  # the scheduler refused the settings: a rejected run leaves no run folder
+                if made and not self._pools:
+                    self._remove_run_dir()
+                raise
+            self._keepers[id(client)] = keeper
             host = str(getattr(cluster, "scheduler_spec", {}).get("options", {}).get("dashboard_address", "")).rpartition(":")[0]
             if host:
                 DASHBOARD_HOSTS[client] = host
@@ -249,17 +261,50 @@ class Executor:
                         f"restarted by dask: raise {setting}, or make units smaller")
         return ""
 
+    def keep_pool(self, client: Any, finished: int = 0) -> None:
+        """While a step waits for units on ``client`` (``finished`` of them so far): its batch pool
+        replaces ended jobs, or the run ends with why new ones cannot start (pool_keeper.py).
+        Nothing for other clients."""
+        keeper = self._keepers.get(id(client))
+        if keeper is not None:
+            keeper.check(finished)
+
+    def _remove_run_dir(self) -> None:
+        from ...io.storage.paths import remove_bookkeeping
+
+        try:
+            remove_bookkeeping(self.run_dir)
+        except OSError as err:  # noqa: PERF203 - a folder left is no failure of the run
+            logging.getLogger("zarrmill").warning("could not remove the run folder %s: %s", self.run_dir, err)
+
+    def _remove_run_keys(self) -> None:
+        """The TLS key and certificates the run's workers read: useless once its scheduler is gone,
+        and a key lying in a shared home for weeks is one more to leak."""
+        from ...io.storage.paths import remove_bookkeeping
+
+        for path in sorted(self.run_dir.glob(".dask-jobqueue.worker.*")) if self.run_dir.is_dir() else []:
+            try:
+                remove_bookkeeping(path)
+            except OSError as err:
+                logging.getLogger("zarrmill").warning("could not remove %s: %s", path, err)
+
     def dashboard_links(self) -> list[str]:
         return [c.dashboard_link for _, c in self._pools.values() if c is not None]
 
     def close(self) -> None:
         # clients never become dask's global default (set_as_default=False), so closing several
         # pools cannot leave dask pointing at a closed scheduler for the user's own dask code
-        for cluster, client in reversed(list(self._pools.values())):
-            client.close()
-            if cluster is not None:
-                cluster.close()
-        self._pools.clear()
+        batch = bool(self._keepers)
+        try:
+            for cluster, client in reversed(list(self._pools.values())):
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+        finally:
+            self._pools.clear()
+            self._keepers.clear()
+            if batch:
+                self._remove_run_keys()
 
     def __enter__(self) -> "Executor":
         return self

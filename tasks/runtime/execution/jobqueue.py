@@ -18,6 +18,7 @@ from typing import Any
 
 from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, budget_of
+from .pool_keeper import PoolKeeper
 from .schedulers import scheduler
 from .schedulers.base import Scheduler, checked_script, jobqueue_module, job_script_value, sanitize_job_name, shell_safe_path, tail_file
 from .spec import ExecutorSpec, Resources
@@ -136,16 +137,40 @@ def with_memory_resource(args: list[str], budget: int) -> list[str]:
     return args
 
 
+def lifetime_of(walltime: float) -> tuple[int, int] | None:
+    """(lifetime, stagger) in seconds of a worker whose job may run ``walltime`` seconds: it stops
+    taking units and leaves (its units move to other workers, its job ends, the pool submits
+    another) a margin before the scheduler would kill it mid-unit. The margin is a tenth of the
+    walltime, at least 10 s and at most 10 minutes; stagger (dask adds up to +/- it) is half the
+    margin, so workers of one pool do not all leave at one instant. None without a walltime."""
+    if walltime == float("inf") or walltime <= 0:
+        return None
+    margin = min(max(walltime / 10, 10.0), 600.0)
+    if walltime <= 2 * margin:
+        return None  # too short to leave before it ends: the scheduler's end is the only one
+    return int(walltime - margin), int(margin / 2)
+
+
+def with_lifetime(args: list[str], walltime: float) -> list[str]:
+    """The worker's arguments with ``--lifetime`` from the walltime (lifetime_of), unless the user
+    set one (worker_extra_args)."""
+    times = lifetime_of(walltime)
+    if times is None or "--lifetime" in args:
+        return args
+    return args + ["--lifetime", f"{times[0]}s", "--lifetime-stagger", f"{times[1]}s"]
+
+
 def cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None) -> dict[str, Any]:
     """The keywords of this executor's dask-jobqueue cluster (module doc: how they are layered)."""
     batch = scheduler(spec.kind)
     kwargs = _settings(spec, resources)
-    kwargs["worker_extra_args"] = with_memory_resource(
+    kwargs["worker_extra_args"] = with_lifetime(with_memory_resource(
         list(kwargs.get("worker_extra_args") or _jobqueue(batch, "worker-extra-args") or []),
-        batch_unit_budget(spec, resources))
+        batch_unit_budget(spec, resources)), _effective(spec, resources)[3])
     kwargs["log_directory"] = str(Path(kwargs.get("log_directory") or _jobqueue(batch, "log-directory")
                                        or run_dir / "logs"))
-    kwargs["job_name"] = sanitize_job_name(kwargs.get("job_name") or f"zm-{name}")
+    # the user's jobqueue.yaml ``name`` (dask-jobqueue's packaged "dask-worker" is not a choice)
+    kwargs["job_name"] = sanitize_job_name(kwargs.get("job_name") or _users_choice(batch, "name") or f"zm-{name}")
     # Workers start in the folder zarrmill was started from (a shared folder on a cluster), so a
     # relative path in a workflow names the same file on a node as on the driver; a user's own
     # tasks.py (or any module) there never shadows the package (PYTHONSAFEPATH: the current
@@ -210,7 +235,11 @@ def worker_script_source(batch: Scheduler) -> str:
             f"or dask-jobqueue's jobqueue.{batch.kind} config)")
 
 
-def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None) -> tuple[Any, Any]:
+def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
+               ) -> tuple[Any, Any, PoolKeeper]:
+    """A dask-jobqueue cluster for these resources, its client and the keeper that holds its size
+    (pool_keeper.py); returns once a worker connected (a fixed pool or an adaptive one with a
+    minimum), or raises with what the scheduler says."""
     from distributed import Client
 
     batch = scheduler(spec.kind)
@@ -232,27 +261,32 @@ def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resource
     else:
         cluster.scale(jobs=spec.jobs or 1)
         wanted = 1
+    keeper = PoolKeeper(batch, cluster, client, None if spec.adapt is not None else spec.jobs or 1,
+                        Path(kwargs["log_directory"]))
     if wanted:
         try:
-            wait_for_workers(batch, cluster, client, spec.worker_start_timeout, Path(kwargs["log_directory"]))
+            wait_for_workers(keeper, spec.worker_start_timeout)
         except BaseException:
             client.close()
             cluster.close()
             raise
-    return cluster, client
+    return cluster, client, keeper
 
 
-def wait_for_workers(batch: Scheduler, cluster: Any, client: Any, timeout: float, log_dir: Path) -> None:
-    """Wait for one worker; if the jobs die or the time runs out, say why (state + .err log)."""
+def wait_for_workers(keeper: PoolKeeper, timeout: float) -> None:
+    """Wait for one worker; if the jobs die, wait for a reason that never clears, or the time runs
+    out, say why (state, reason, .err log)."""
+    batch, cluster, client = keeper.batch, keeper.cluster, keeper.client
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if client.scheduler_info(n_workers=-1)["workers"]:
             return
         jobs = _job_ids(cluster)
-        if jobs and all(batch.job_state(j)[0] in batch.ended_states for j in jobs):
+        states = keeper.queue_states(jobs, set()) if jobs else None
+        if jobs and states is not None and all(states.get(j, ("", ""))[0] in batch.ended_states for j in jobs):
             break
         time.sleep(1.0)
-    raise ExecutorError(_worker_start_report(batch, cluster, log_dir, timeout))
+    raise ExecutorError(_worker_start_report(batch, cluster, keeper.log_dir, timeout))
 
 
 def _job_ids(cluster: Any) -> list[str]:

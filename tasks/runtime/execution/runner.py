@@ -19,7 +19,7 @@ from .ozx_output import ozx_target, run_ozx_step
 from ..core.provenance import record_step, step_entry
 from .registry import get_task
 from ..core.rundirs import runs_root
-from .schedulers import BATCH_KINDS
+from .schedulers import BATCH_KINDS, scheduler
 from .schedulers.base import sanitize_job_name
 from .workflow import Workflow
 
@@ -97,6 +97,23 @@ def print_job_scripts(wf: Workflow, only: list[str] | None = None) -> None:
         print(render_job_script(wf.executor, wf.name, run_dir_for(wf), resources).rstrip())
 
 
+def check_worker_jobs(wf: Workflow) -> None:
+    """On a batch scheduler, every pool's worker job script judged by the scheduler as a run would
+    judge it (its own check and the queue's limits), before anything is queued (zarrmill submit)."""
+    from .jobqueue import render_job_script
+
+    if wf.executor.kind not in BATCH_KINDS:
+        return
+    batch = scheduler(wf.executor.kind)
+    seen: set[tuple] = set()
+    for s in wf.steps:
+        key = s.resources.key() if s.resources else ()
+        if key not in seen:
+            seen.add(key)
+            batch.check_script(render_job_script(wf.executor, wf.name, run_dir_for(wf), s.resources),
+                               f"the worker jobs of step {s.name}")
+
+
 def run_dir_for(wf: Workflow) -> Path:
     # created by the executor only when a cluster needs it (sync and threads runs leave no folder)
     return Path(wf.executor.run_dir) if wf.executor.run_dir else default_run_dir(wf)
@@ -121,7 +138,7 @@ def run_steps(wf: Workflow, executor: Executor, overwrite: bool = False, only: l
 
         opts = StepOptions(overwrite=overwrite, retries=wf.executor.retries, provenance=provenance,
                            upstream_changed=any(n in changed for n in step.needs),
-                           explain_lost_workers=executor.explain_lost_workers,
+                           explain_lost_workers=executor.explain_lost_workers, keep_pool=executor.keep_pool,
                            budget_setting=executor.budget_setting())
         if growing is not None and step is wf.steps[0]:
             opts.growing = growing(step.params)

@@ -47,6 +47,8 @@ class StepOptions:
     error_log: Path | None = None  # failed units' tracebacks (set per step by the engine)
     # why the cluster lost workers (out of memory, walltime, as the scheduler says), asked when units failed with them
     explain_lost_workers: Callable[[], str] | None = None
+    # asked while units wait on a client: a batch pool replaces ended jobs, or raises why it cannot
+    keep_pool: Callable[[Any, int], None] | None = None
     # bytes of unit data one worker may hold (runtime/core/budget.py); None: unknown, nothing constrained
     unit_budget: Callable[[], int | None] | None = None
     budget_setting: str = "executor.memory_limit"

@@ -101,7 +101,7 @@ def run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any,
     # their set and restore, leaving every later dask compute in the process asking for a client
     ac = as_completed(submit(limit), with_results=True, raise_errors=False, loop=client.loop)
     try:
-        yield from _results(task, ac, by_key, submit, opts)
+        yield from _results(task, ac, by_key, submit, opts, client)
     finally:  # the step stopped early (a lost lock, an interrupt): units not yet run never start
         if by_key:
             try:
@@ -110,9 +110,26 @@ def run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any,
                 pass
 
 
-def _results(task: Task, ac: Any, by_key: dict[str, Unit], submit: Callable[[int], list[Any]], opts: Any
-             ) -> Iterator[tuple[Unit, int, str | None]]:
-    for batch in ac.batches():
+def _batches(ac: Any, client: Any, opts: Any) -> Iterator[list[tuple[Any, Any]]]:
+    """``as_completed``'s batches of finished units; meanwhile the pool is looked after
+    (``opts.keep_pool``: lost batch jobs replaced, or why new ones cannot start raised), so a step
+    whose every worker is gone never waits forever."""
+    keep, finished = opts.keep_pool, 0
+    while not ac.is_empty():
+        if keep is not None:
+            keep(client, finished)  # looks at the queue every few seconds, whatever arrives
+        batch = ac.next_batch(block=keep is None)
+        if batch:
+            finished += len(batch)
+            yield batch
+            continue
+        with ac.thread_condition:
+            ac.thread_condition.wait(timeout=0.5)
+
+
+def _results(task: Task, ac: Any, by_key: dict[str, Unit], submit: Callable[[int], list[Any]], opts: Any,
+             client: Any = None) -> Iterator[tuple[Unit, int, str | None]]:
+    for batch in _batches(ac, client, opts):
         for fut, result in batch:
             unit = by_key.pop(fut.key)
             # a unit returns its byte count: one that arrived is good even if its worker died

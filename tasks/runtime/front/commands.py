@@ -191,9 +191,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     wf = load_workflow(args.workflow, args.set)  # validate before anything is queued
     kind = args.scheduler or (wf.executor.kind if wf.executor.kind in BATCH_KINDS else DEFAULT_BATCH_KIND)
     _check_driver_job(kind, args.mem, args.time)
-    job_id, script, log = submit_workflow(Path(args.workflow), args.set, args.time, args.mem,
-                                          args.sbatch_arg + args.directive, Path(args.log_dir), args.print_only,
-                                          args.overwrite, kind)
+    given = args.sbatch_arg + args.directive
+    # the driver runs where its workers do (partition, account) unless told otherwise
+    settings = wf.executor.batch_settings() if wf.executor.kind == kind else {}
+    directives = scheduler(kind).inherited_directives(settings, given) + given
+    if not args.print_only:  # everything a run would refuse, refused before the driver is queued
+        from ..execution.runner import check_worker_jobs
+
+        check_worker_jobs(wf)
+    job_id, script, log = submit_workflow(Path(args.workflow), args.set, args.time, args.mem, directives,
+                                          Path(args.log_dir), args.print_only, args.overwrite, kind)
     if args.print_only:
         print(script)
     else:

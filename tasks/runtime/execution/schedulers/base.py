@@ -101,9 +101,10 @@ class Scheduler:
         """A step's resources (cores, memory, walltime, processes) as this cluster's keywords."""
         return {k: v for k, v in resources.items() if k in self.parameters}
 
-    def check_script(self, script: str) -> None:
+    def check_script(self, script: str, what: str = "the worker jobs") -> None:
         """Ask the scheduler whether it would run this job script (where it can tell without
-        running it); raise ExecutorError with its own message if not."""
+        running it) and would ever start it (``queue_problems``); raise ConfigError (a setting the
+        cluster rejects: exit 2) with its own words if not."""
 
     def job_state(self, job_id: str) -> tuple[str, str]:
         """(state, exit code) of a job, as far as the scheduler still knows it."""
@@ -141,6 +142,11 @@ class Scheduler:
     def driver_directives(self, job_name: str, log: str, time: str, mem: str) -> list[str]:
         """The directives of the driver job: its name, log, run time and memory."""
         raise NotImplementedError
+
+    def inherited_directives(self, settings: Mapping[str, Any], given: list[str]) -> list[str]:
+        """Directives the driver job takes from the workflow's ``executor.<kind>`` settings (the
+        partition and account its workers use) where the user's own ``given`` set none."""
+        return []
 
     def driver_job(self, script: str, job_name: str, log: str, time: str, mem: str) -> tuple[str, str]:
         """(file to submit, its text): the driver script itself on most schedulers."""

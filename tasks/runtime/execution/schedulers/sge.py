@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Mapping
 
-from ....errors import ExecutorError
+from ....errors import ConfigError
 from .base import Scheduler, SchedulerCommandError, run_command
 
 
@@ -36,14 +37,14 @@ class SGE(Scheduler):
     settings_help = ("sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
                      "dask-jobqueue's jobqueue.sge config")
 
-    def check_script(self, script: str) -> None:
+    def check_script(self, script: str, what: str = "the worker jobs") -> None:
         """``qsub -w v``: Grid Engine checks the job against every queue without submitting it."""
         try:
             run_sge(["qsub", "-w", "v"], input=script)
         except SchedulerCommandError as err:
             detail = "; ".join(line.strip() for line in str(err).split(": ", 1)[-1].splitlines() if line.strip())
-            raise ExecutorError(f"Grid Engine rejects the worker jobs: {detail} (check executor.sge: queue, "
-                                "project, resource_spec, walltime)") from None
+            raise ConfigError(f"Grid Engine rejects {what}: {detail} (check executor.sge: queue, "
+                              "project, resource_spec, walltime)") from None
 
     def job_state(self, job_id: str) -> tuple[str, str]:
         try:
@@ -76,6 +77,13 @@ class SGE(Scheduler):
         # mem_free asks for a host with that much free memory; h_vmem would cap virtual memory,
         # which a Python driver's threads and mappings exceed long before its resident memory
         return [f"-N {job_name}", f"-o {log}", "-j y", f"-l h_rt={time}", f"-l mem_free={mem}", "-cwd", "-S /bin/bash"]
+
+    def inherited_directives(self, settings: Mapping[str, Any], given: list[str]) -> list[str]:
+        out = []
+        for key, option in (("queue", "-q"), ("project", "-P")):
+            if settings.get(key) and not any(d.split()[:1] == [option] for d in given):
+                out.append(f"{option} {settings[key]}")
+        return out
 
     def submit_file(self, path: Path) -> str:
         job_id = run_sge(["qsub", "-terse", str(path)]).strip().split(".")[0]

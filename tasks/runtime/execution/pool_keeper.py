@@ -1,0 +1,154 @@
+"""A batch pool kept at the size its step asked for while units remain.
+
+A cluster ends worker jobs on a bad day: at their walltime, by preemption, with a node, by a
+colleague's or an admin's ``scancel``. dask-jobqueue replaces none of them by itself (a pool of
+fixed size stays at the jobs it submitted once; an adaptive pool still counts the lost ones), and a
+step whose every worker is gone waited forever. The keeper, asked by the step while it waits for
+units (``check``, at most every few seconds), looks at the pool's jobs as the scheduler lists them:
+one that ended is taken out of the pool's plan, and the pool is scaled back to its size (fixed
+pools; adaptive ones scale themselves once the lost job no longer counts), so new jobs take the
+units that were left. It ends the run, in one line, only when new jobs cannot start either: a
+pending job whose reason never clears by waiting (a limit of the partition, an account it may not
+use) while no worker of the pool runs, or several jobs in a row that ended before their worker
+ever connected."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ...errors import ConfigError, ExecutorError
+from .schedulers.base import Scheduler, SchedulerCommandError, tail_file
+
+log = logging.getLogger("zarrmill")
+
+CHECK_EVERY = 3.0  # seconds between two looks at the queue (one squeue call each)
+FAILED_STARTS = 3  # jobs in a row that ended before their worker connected: new jobs cannot start
+LOSSES_WITHOUT_PROGRESS = 3  # looks that found jobs ended while no unit finished: units outlive the jobs
+GONE_TWICE = 2  # a job the scheduler no longer lists counts as ended when seen missing this often
+
+
+def job_ids(cluster: Any) -> dict[str, str]:
+    """{pool member's name: its batch job id} of the jobs submitted so far."""
+    return {str(name): str(job.job_id) for name, job in list(cluster.workers.items())
+            if getattr(job, "job_id", None)}
+
+
+def connected_names(client: Any) -> set[str]:
+    """Names of the workers connected to the pool's scheduler now."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return {str(w.get("name")) for w in workers}
+
+
+def member_of(worker_name: str, member: str) -> bool:
+    """A job's worker names: the member's own, or ``member-0``, ``member-1``, ... for a job of
+    several worker processes."""
+    return worker_name == member or worker_name.startswith(f"{member}-")
+
+
+class PoolKeeper:
+    def __init__(self, batch: Scheduler, cluster: Any, client: Any, jobs: int | None, log_dir: Path):
+        self.batch, self.cluster, self.client = batch, cluster, client
+        self.jobs = jobs  # a fixed pool's size; None: adaptive (dask scales it)
+        self.log_dir = log_dir
+        self.replaced = 0  # jobs replaced so far (the run's summary and tests read it)
+        self._last = 0.0
+        self._seen: set[str] = set()  # members whose worker connected at some point
+        self._missing: dict[str, int] = {}  # member -> looks in a row its job was not listed
+        self._failed_starts: list[str] = []  # jobs that ended before their worker connected, in a row
+        self._finished = -1  # units the step had finished at the last look
+        self._losses: list[str] = []  # looks that found worker jobs ended since a unit last finished
+        self._waiting_said = ""
+
+    def check(self, finished: int = 0, force: bool = False) -> None:
+        """Replace ended jobs; raise when new jobs cannot start, or when jobs keep ending while no
+        unit finishes (``finished``: units the step has finished so far)."""
+        if finished != self._finished:
+            self._finished, self._losses = finished, []
+        now = time.monotonic()
+        if not force and now - self._last < CHECK_EVERY:
+            return
+        self._last = now
+        try:
+            connected = connected_names(self.client)
+        except Exception:  # noqa: BLE001 - the scheduler is closing (an interrupt): nothing to keep
+            return
+        jobs = job_ids(self.cluster)
+        self._seen |= {m for m in jobs if any(member_of(w, m) for w in connected)}
+        states = self.queue_states(list(jobs.values()), connected)
+        if states is None:
+            return
+        ended = []
+        for member, job_id in jobs.items():
+            state, reason = states.get(job_id, ("", ""))
+            if any(member_of(w, member) for w in connected) or member not in self.cluster.worker_spec:
+                continue  # its worker is there (whatever the queue says), or it was taken out already
+            if state and state not in self.batch.ended_states:
+                self._missing.pop(member, None)
+                continue
+            if not state:  # no longer listed: ended, once seen missing twice (a slow scheduler)
+                self._missing[member] = self._missing.get(member, 0) + 1
+                if self._missing[member] < GONE_TWICE:
+                    continue
+            ended.append((member, job_id, state or "ended"))
+        if ended:
+            self._replace(ended, connected)
+        if self.jobs is not None:
+            # every look, not only after a loss: scaling to the size it has does nothing, and a
+            # correction dask could not finish at once (a lost job still closing) is tried again
+            self.cluster.scale(jobs=self.jobs)
+
+    def queue_states(self, ids: list[str], connected: set[str]) -> dict[str, tuple[str, str]] | None:
+        """{job id: (state, reason)} as the scheduler lists them (None when it does not answer now);
+        a pending job's reason is said once, or ends the run where it never clears and no worker
+        of the pool is connected (ConfigError, exit 2)."""
+        try:
+            states = self.batch.job_states(ids)
+        except SchedulerCommandError as err:
+            log.warning("%s did not list the worker jobs (%s); looking again", self.batch.label, err)
+            return None
+        for job_id, (state, reason) in states.items():
+            if state == "PENDING":
+                self._pending(job_id, reason, connected)
+        return states
+
+    def _pending(self, job_id: str, reason: str, connected: set[str]) -> None:
+        problem = self.batch.pending_problem(reason)
+        if problem is not None and not connected:
+            raise ConfigError(f"{self.batch.label} worker job {job_id} cannot start: it waits for {reason}, which "
+                              f"never clears by waiting; {problem}")
+        said = f"job {job_id} waits: {reason}" if reason else ""
+        if said and said != self._waiting_said:
+            self._waiting_said = said
+            print(f"zarrmill: {self.batch.label} worker {said}", file=sys.stderr, flush=True)
+
+    def _replace(self, ended: list[tuple[str, str, str]], connected: set[str]) -> None:
+        for member, job_id, state in ended:
+            self._missing.pop(member, None)
+            if member in self._seen:
+                self._failed_starts.clear()
+            else:
+                self._failed_starts.append(self._start_failure(job_id, state))
+            # out of the plan: the next scale closes what is left of it (scancel of an ended job
+            # does nothing) and submits a job under a new name in its place
+            self.cluster.worker_spec.pop(member, None)
+        if len(self._failed_starts) >= FAILED_STARTS and not connected:
+            raise ExecutorError(f"{len(self._failed_starts)} {self.batch.label} worker jobs in a row ended before "
+                                f"their worker connected: {'; '.join(self._failed_starts[-FAILED_STARTS:])}")
+        lost = [f"{job_id} {state}" for member, job_id, state in ended if member in self._seen]
+        if lost:
+            self._losses.append(", ".join(lost))
+        if len(self._losses) >= LOSSES_WITHOUT_PROGRESS:
+            setting = f"executor.{self.batch.kind}.walltime (or a step's resources.walltime)"
+            raise ExecutorError(f"{self.batch.label} worker jobs kept ending while no unit finished ({'; '.join(self._losses)}): "
+                                f"a unit takes longer than a worker job may run; raise {setting}, or make units smaller")
+        self.replaced += len(ended)
+        log.warning("%s: %d worker job(s) ended (%s); submitting new ones", self.batch.label, len(ended),
+                    ", ".join(f"{job_id} {state}" for _, job_id, state in ended))
+
+    def _start_failure(self, job_id: str, state: str) -> str:
+        err_files = sorted(self.log_dir.glob(f"*{job_id}*.err"))
+        err = tail_file(err_files[0]) if err_files else "(no .err log)"
+        return f"job {job_id} {state}; {err_files[0] if err_files else self.log_dir}: {err}"
