@@ -111,6 +111,38 @@ def test_run_folders_live_in_one_place_and_prune_removes_only_old_marked_ones(cl
     assert not made[0].exists() and mine.exists()
 
 
+def test_a_new_run_folder_prunes_old_ones_by_default(tmp_path, monkeypatch):
+    """Run folders (logs, TLS files of old runs) no longer pile up until ``runs --prune``: making one
+    removes zarrmill's folders unused for 14 days, and beyond the newest 50 those unused for a day;
+    a folder zarrmill did not mark is never touched."""
+    import os
+    import time
+
+    from zarrmill.runtime.core.rundirs import KEEP_NEWEST, make_run_dir
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("ZARRMILL_RUNS_DIR", str(runs))
+    monkeypatch.delenv("ZARRMILL_RUNS_KEEP_DAYS", raising=False)
+
+    def folder(name: str, days_ago: float, marked: bool = True):
+        path = runs / name
+        path.mkdir(parents=True)
+        (path / "logs.txt").write_text("x")
+        if marked:
+            (path / ".zarrmill-run").touch()
+        when = time.time() - days_ago * 86400
+        for item in [path, *path.rglob("*")]:
+            os.utime(item, (when, when), follow_symlinks=False)
+        return path
+
+    old, recent, foreign = folder("old", 20), folder("recent", 1.5), folder("foreign", 60, marked=False)
+    days_old = [folder(f"day-{i:03d}", 2 + i / 1000) for i in range(KEEP_NEWEST)]
+    make_run_dir(runs / "new")
+    assert not old.exists() and foreign.exists() and (runs / "new").exists()
+    kept = [p for p in [recent, *days_old] if p.exists()]
+    assert recent in kept and len(kept) == KEEP_NEWEST and not days_old[-1].exists(), "the newest 50 are kept"
+
+
 def test_a_local_worker_over_its_memory_limit_is_named_in_the_failure(cli, tmp_path):
     """dask's nanny restarts a local worker that outgrows executor.memory_limit (its unit held more
     than it declared, so the budget let it start): the failure line

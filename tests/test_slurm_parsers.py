@@ -63,12 +63,13 @@ def test_slurm_workers_offer_their_share_of_the_jobs_memory(tmp_path):
     spec = ExecutorSpec(kind="slurm", slurm={"memory": "4GB", "processes": 2, "cores": 2,
                                              "worker_extra_args": ["--nthreads", "1"]})
     kw = slurm_cluster_kwargs(spec, "w", tmp_path, None)
-    assert kw["worker_extra_args"] == ["--nthreads", "1", "--resources", "MEMORY=1200000000"]
+    lifetime = ["--lifetime", "3240s", "--lifetime-stagger", "180s"]  # zarrmill's hour of walltime
+    assert kw["worker_extra_args"] == ["--nthreads", "1", "--resources", "MEMORY=1200000000", *lifetime]
     assert kw["worker_extra_args"] is not spec.slurm["worker_extra_args"]  # the workflow's list is left as it was
     assert spec.slurm["worker_extra_args"] == ["--nthreads", "1"]
     mine = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"memory": "1GB", "worker_extra_args": [
         "--resources", "GPU=1"]}), "w", tmp_path, None)
-    assert mine["worker_extra_args"] == ["--resources", "GPU=1 MEMORY=600000000"]
+    assert mine["worker_extra_args"] == ["--resources", "GPU=1 MEMORY=600000000", *lifetime]
 
 
 def test_slurm_kwargs_respect_jobqueue_config(tmp_path):
@@ -199,3 +200,76 @@ def test_a_memory_kill_recorded_as_failed_is_named_out_of_memory(tmp_path):
     assert end_state(job) == "OUT_OF_MEMORY"
     assert end_state({**job, "JobId": "78"}) == "FAILED"
     assert end_state({**job, "JobState": "COMPLETED"}) == "COMPLETED"
+
+
+# -- what a cluster's bad day reads (issue 68) ---------------------------------------------------
+PARTITIONS = (
+    "PartitionName=debug AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL Default=YES MaxTime=UNLIMITED "
+    "MaxCPUsPerNode=UNLIMITED MaxMemPerNode=UNLIMITED State=UP\n"
+    "PartitionName=short AllowGroups=ALL AllowAccounts=lab1,lab2 AllowQos=normal Default=NO MaxTime=00:30:00 "
+    "MaxCPUsPerNode=4 MaxMemPerNode=8000 State=UP\n")
+
+
+def worker_script(tmp_path, **slurm) -> str:
+    from zarrmill.runtime.execution.jobqueue import render_job_script
+
+    return render_job_script(ExecutorSpec(kind="slurm", slurm=slurm), "w", tmp_path / "run", None)
+
+
+def test_a_worker_script_is_judged_against_its_partitions_limits(tmp_path):
+    from zarrmill.runtime.execution.schedulers.slurm import (parse_scontrol_jobs_like, partition_problems,
+                                                              script_directives)
+
+    parts = parse_scontrol_jobs_like(PARTITIONS, "PartitionName=")
+
+    def problems(**slurm):
+        return partition_problems(script_directives(worker_script(tmp_path, **slurm)), parts)
+
+    assert problems(queue="short", walltime="00:20:00", memory="4GB", cores=2, account="lab1") == []
+    assert problems(walltime="30-00:00:00", memory="400GB", cores=64) == []  # the default partition: unlimited
+    (line,) = problems(queue="short", walltime="01:00:00", account="lab1")
+    assert "executor.slurm.walltime" in line and "01:00:00" in line and "MaxTime 00:30:00" in line, line
+    assert "MaxMemPerNode" in problems(queue="short", walltime="00:20:00", memory="16GB", account="lab1")[0]
+    assert "MaxCPUsPerNode" in problems(queue="short", walltime="00:20:00", cores=8, account="lab1")[0]
+    assert "account" in problems(queue="short", walltime="00:20:00", account="other")[0]
+    assert partition_problems(script_directives(worker_script(tmp_path, queue="nosuch")), parts) == []  # sbatch says
+
+
+def test_squeue_reasons_that_never_clear_name_the_setting():
+    from zarrmill.runtime.execution.schedulers.slurm import SCHEDULER, parse_squeue_states
+
+    text = "57|PENDING|PartitionTimeLimit\n58|PENDING|Resources\n59|RUNNING|None\n60|PENDING|ReqNodeNotAvail, UnavailableNodes:n3\n"
+    states = parse_squeue_states(text)
+    assert states == {"57": ("PENDING", "PartitionTimeLimit"), "58": ("PENDING", "Resources"),
+                      "59": ("RUNNING", ""), "60": ("PENDING", "ReqNodeNotAvail, UnavailableNodes:n3")}
+    assert "executor.slurm.walltime" in SCHEDULER.pending_problem("PartitionTimeLimit")
+    assert SCHEDULER.pending_problem("Resources") is None and SCHEDULER.pending_problem("Priority") is None
+    assert SCHEDULER.pending_problem(states["60"][1]) is not None
+
+
+def test_a_worker_leaves_before_its_walltime_and_the_users_lifetime_wins(tmp_path):
+    from zarrmill.runtime.execution.jobqueue import lifetime_of
+
+    assert lifetime_of(3600) == (3240, 180)  # a tenth of the hour, stagger half of it
+    assert lifetime_of(60) == (50, 5)
+    assert lifetime_of(20) is None and lifetime_of(float("inf")) is None
+    script = worker_script(tmp_path, walltime="01:00:00")
+    assert "--lifetime 3240s --lifetime-stagger 180s" in script, script
+    own = worker_script(tmp_path, walltime="01:00:00", worker_extra_args=["--lifetime", "20m"])
+    assert "--lifetime 20m" in own and "3240s" not in own
+
+
+def test_the_job_name_of_the_users_jobqueue_config_is_kept(tmp_path):
+    (tmp_path / "run").mkdir()
+    assert slurm_cluster_kwargs(ExecutorSpec(kind="slurm"), "w", tmp_path / "run", None)["job_name"] == "zm-w"
+    with jobqueue_config({"jobqueue.slurm.name": "lab-worker"}):
+        assert slurm_cluster_kwargs(ExecutorSpec(kind="slurm"), "w", tmp_path / "run", None)["job_name"] == "lab-worker"
+
+
+def test_the_driver_job_inherits_partition_and_account_unless_given():
+    from zarrmill.runtime.execution.schedulers.slurm import SCHEDULER
+
+    settings = {"queue": "gpu", "account": "lab1"}
+    assert SCHEDULER.inherited_directives(settings, []) == ["--partition=gpu", "--account=lab1"]
+    assert SCHEDULER.inherited_directives(settings, ["--partition=short"]) == ["--account=lab1"]
+    assert SCHEDULER.inherited_directives(settings, ["-p short", "-A other"]) == []

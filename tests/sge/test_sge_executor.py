@@ -82,7 +82,7 @@ def test_a_queue_grid_engine_rejects_fails_within_seconds_with_its_own_message(c
     t0 = time.monotonic()
     code, _, err = cli("run", wf)
     line = err.strip().splitlines()[-1]
-    assert code == 1 and time.monotonic() - t0 < 60
+    assert code == 2 and time.monotonic() - t0 < 60  # a setting the cluster rejects: bad input
     assert "Grid Engine rejects the worker jobs" in line and "nosuch.q" in line, line
     assert "rejected" not in qstat_names()
 
@@ -234,3 +234,18 @@ def test_every_worker_deleted_mid_step_is_replaced(cli, sge, tmp_path):
     assert deleted, "the test must really delete every worker job mid-step"
     assert code == 0, err
     assert tree_digest(out.parent) == tree_digest(ref.parent)
+
+
+def test_a_unit_longer_than_the_run_time_ends_the_run_instead_of_looping(cli, sge, tmp_path):
+    """Each worker leaves before its h_rt (its lifetime) while the one unit still runs, so the unit
+    never finishes on any job: after three rounds of jobs ended with no unit finished the run ends,
+    naming the walltime, instead of submitting jobs forever."""
+    executor = sge_executor(sge, tmp_path, jobs=1, walltime="00:00:30")
+    wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
+        "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 600000}}}, executor=executor, name="forever")
+    t0 = time.monotonic()
+    code, _, err = cli("run", wf)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    assert "kept ending while no unit finished" in line and "raise executor.sge.walltime" in line, line
+    assert time.monotonic() - t0 < 240

@@ -13,16 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import done_units, squeue_names, tree_digest
 from helpers import generate_step, write_workflow
+from slurm.test_slurm_executor import slurm_executor
 
 pytestmark = pytest.mark.slurm
 
 
 def executor(partition: str, tmp_path: Path, jobs: int = 1, **slurm) -> dict:
-    settings = {"queue": partition, "cores": 1, "memory": "1GB", "processes": 1, "walltime": "00:10:00",
-                "interface": "lo"}
-    settings.update(slurm)
-    return {"kind": "slurm", "jobs": jobs, "slurm": settings, "run_dir": str(tmp_path / "run"),
-            "worker_start_timeout": 120}
+    return slurm_executor(partition, tmp_path, jobs=jobs, **slurm)
 
 
 def check_step(out: Path, units: int, busy_ms: int) -> dict:
@@ -69,7 +66,7 @@ def test_an_interrupted_run_never_exits_0_and_cancels_its_jobs(slurm, tmp_path, 
     assert f"zarrmill: {word}" in err and "rerun the same command to resume" in err, err
     assert "Traceback" not in err, err
     wait_for(lambda: f"zm-{name}" not in squeue_names(), 30, "the worker jobs must be cancelled")
-    assert not list((tmp_path / "run").glob(".dask-jobqueue.worker.*")), "the run's TLS key must be deleted"
+    assert not list((tmp_path / "run").glob(".zarrmill-tls-*")), "the run's TLS key must be deleted"
     assert done_units(out, "chk") < 40
 
 
@@ -183,7 +180,7 @@ def test_submit_refuses_a_walltime_the_partition_never_runs_and_the_driver_inher
     with partition("zmshort2", MaxTime="2"):
         wf = write_workflow(tmp_path / "wf.yaml", check_step(tmp_path / "chk", 4, 10), name="inherit",
                             executor=executor("zmshort2", tmp_path, walltime="00:01:00"))
-        code, out, err = cli("submit", wf, "--time", "00:05:00", "--mem", "1G", "--print-only")
+        code, out, err = cli("submit", wf, "--time", "00:05:00", "--mem", "1G", "--print")
         assert code == 0, err
         assert "#SBATCH --partition=zmshort2" in out, out
         # the driver's own --time is over the partition's MaxTime: refused before it is queued

@@ -226,8 +226,9 @@ def test_workers_talk_tls_and_dashboards_listen_on_localhost(slurm, tmp_path):
         assert workers and all(addr.startswith("tls://") for addr in workers), workers
         assert client.submit(sum, [1, 2]).result() == 3
         assert "127.0.0.1" in client.dashboard_link
-        keys = list((tmp_path / "run").glob(".dask-jobqueue.worker.*"))
-        assert keys and all(k.stat().st_mode & 0o077 == 0 for k in keys), keys
+        keys = list((tmp_path / "run").glob(".zarrmill-tls-*"))
+        assert len(keys) == 2 and all(k.stat().st_mode & 0o077 == 0 for k in keys), keys
+    assert not list((tmp_path / "run").glob(".zarrmill-tls-*")), "the run's key is deleted when it ends"
 
 
 def test_a_partition_slurm_rejects_fails_within_seconds_with_sbatchs_message(cli, slurm, tmp_path):
@@ -274,7 +275,9 @@ def test_a_worker_killed_at_its_walltime_is_named_in_the_failure(cli, slurm, tmp
     import dask.config
     import distributed  # noqa: F401 - its defaults must be in dask's config before config.set saves it
 
-    executor = slurm_executor(slurm, tmp_path, jobs=1, walltime="00:01:00")
+    # a lifetime past the walltime: the worker does not leave before it (as it would by default,
+    # see test_bad_day.py), so SLURM kills the job mid-unit
+    executor = slurm_executor(slurm, tmp_path, jobs=1, walltime="00:01:00", worker_extra_args=["--lifetime", "1h"])
     executor["retries"] = 0
     wf = write_workflow(tmp_path / "wf.yaml", {"chk": {"task": "cluster-check", "params": {
         "output": str(tmp_path / "chk"), "units": 1, "busy_ms": 240000}}}, executor=executor, name="walltime")

@@ -2,7 +2,10 @@
 place: ``$ZARRMILL_RUNS_DIR``, else ``$XDG_STATE_HOME/zarrmill/runs``, else
 ``~/.local/state/zarrmill/runs`` (a home folder is shared with the compute nodes on most clusters,
 which batch workers need). ``executor.run_dir`` picks one folder for one workflow.
-``zarrmill runs --prune`` removes old ones; only folders zarrmill marked as its own are removed."""
+Each run that makes a run folder there first prunes the folders not used for
+``$ZARRMILL_RUNS_KEEP_DAYS`` days (default 14), and beyond the newest ``KEEP_NEWEST`` those not used
+for a day; ``zarrmill runs --prune`` removes old ones at once. Only folders zarrmill marked as its
+own are removed."""
 from __future__ import annotations
 
 import os
@@ -12,6 +15,8 @@ from pathlib import Path
 from ...io.storage.guard import remove_bookkeeping
 
 MARKER = ".zarrmill-run"  # one of the output guard's BOOKKEEPING_MARKERS
+KEEP_DAYS = 14.0  # run folders unused this long are pruned when a new one is made
+KEEP_NEWEST = 50  # beyond this many, folders unused for a day are pruned too
 
 
 def runs_root() -> Path:
@@ -22,8 +27,33 @@ def runs_root() -> Path:
 
 
 def make_run_dir(path: Path) -> None:
+    if not path.exists() and path.parent == runs_root():
+        prune_by_default(path.parent)
     path.mkdir(parents=True, exist_ok=True)
     (path / MARKER).touch()
+
+
+def keep_days() -> float:
+    try:
+        return max(float(os.environ.get("ZARRMILL_RUNS_KEEP_DAYS", KEEP_DAYS)), 0.0)
+    except ValueError:
+        return KEEP_DAYS
+
+
+def prune_by_default(root: Path) -> list[Path]:
+    """What a new run folder prunes first (module doc); a folder that cannot be removed stays."""
+    try:
+        removed = prune(keep_days(), root)
+        marked = [f for f in sorted(root.iterdir()) if f.is_dir() and not f.is_symlink() and (f / MARKER).is_file()]
+        by_use = sorted(marked, key=_newest, reverse=True)
+        cutoff = time.time() - 86400
+        for folder in by_use[KEEP_NEWEST:]:
+            if _newest(folder) < cutoff:
+                remove_bookkeeping(folder)
+                removed.append(folder)
+    except OSError:
+        return []
+    return removed
 
 
 def prune(older_than_days: float, root: Path | None = None) -> list[Path]:

@@ -19,6 +19,7 @@ from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, PlanSize, budget_of
 from .jobqueue import UNSET_TRIM, batch_unit_budget, fitting_pool, start_pool
 from .pool_keeper import PoolKeeper
+from .run_credentials import remove_run_credentials
 from .schedulers import BATCH_KINDS, scheduler
 from .local_kinds import POOL_KINDS, pool_kind
 from .machine import available_cpus, available_memory
@@ -278,15 +279,10 @@ class Executor:
             logging.getLogger("zarrmill").warning("could not remove the run folder %s: %s", self.run_dir, err)
 
     def _remove_run_keys(self) -> None:
-        """The TLS key and certificates the run's workers read: useless once its scheduler is gone,
-        and a key lying in a shared home for weeks is one more to leak."""
-        from ...io.storage.paths import remove_bookkeeping
-
-        for path in sorted(self.run_dir.glob(".dask-jobqueue.worker.*")) if self.run_dir.is_dir() else []:
-            try:
-                remove_bookkeeping(path)
-            except OSError as err:
-                logging.getLogger("zarrmill").warning("could not remove %s: %s", path, err)
+        """The TLS key and certificate the run's workers read: useless once its schedulers are
+        gone, and a key lying in a shared home for weeks is one more to leak."""
+        for path in remove_run_credentials(self.run_dir):
+            logging.getLogger("zarrmill").warning("could not remove %s", path)
 
     def dashboard_links(self) -> list[str]:
         return [c.dashboard_link for _, c in self._pools.values() if c is not None]

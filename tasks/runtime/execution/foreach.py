@@ -16,7 +16,7 @@ from ..core.datasets import Dataset, discover, fingerprint, readiness
 from .executors import Executor
 from ..core.history import History
 from ..core.locks import DatasetLock, Locked
-from .runner import run_dir_for, run_steps, steps_hash
+from .runner import check_worker_jobs, run_dir_for, run_steps, steps_hash
 from .workflow import Workflow
 
 
@@ -73,6 +73,7 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
             print(f"[{ds.name}] would convert {ds.path}")
         return outcome
     if todo:
+        check_worker_jobs(wf.for_dataset(todo[0][0]))  # a setting the cluster rejects: before any dataset
         with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor, \
                 ThreadPoolExecutor(fe.max_concurrent) as pool:
             jobs = [pool.submit(_convert, wf, executor, history, ds, fp, nbytes, wf_hash, overwrite, outcome)

@@ -19,6 +19,7 @@ from typing import Any
 from ...errors import ConfigError, ExecutorError
 from ..core.budget import MEMORY, budget_of
 from .pool_keeper import PoolKeeper
+from .run_credentials import RUN_CREDENTIALS, placeholder_credentials, write_run_credentials
 from .schedulers import scheduler
 from .schedulers.base import Scheduler, checked_script, jobqueue_module, job_script_value, sanitize_job_name, shell_safe_path, tail_file
 from .spec import ExecutorSpec, Resources
@@ -187,13 +188,8 @@ def cluster_kwargs(spec: ExecutorSpec, name: str, run_dir: Path, resources: Reso
     kwargs["scheduler_options"] = {"dashboard_address": "127.0.0.1:0", **(_jobqueue(batch, "scheduler-options") or {}),
                                    **kwargs.get("scheduler_options", {})}
     if "security" not in kwargs and _jobqueue(batch, "security") is None:
-        # TLS between scheduler, workers and client with credentials made for this run: the
-        # scheduler listens on the cluster network, where anyone could otherwise submit code to
-        # the workers. The workers' key is written (mode 0600) into the run folder they share.
-        from distributed.security import Security
-
-        kwargs["security"] = Security.temporary()
-        kwargs.setdefault("shared_temp_directory", str(run_dir))
+        # TLS with credentials made for this run, written into its run folder when the pool starts
+        kwargs["security"] = RUN_CREDENTIALS
     shell_safe_path("executor.run_dir", run_dir)
     for key in ("log_directory", "local_directory", "shared_temp_directory", "python"):
         shell_safe_path(f"executor.{batch.kind}.{key}", kwargs.get(key) or _jobqueue(batch, key.replace("_", "-")))
@@ -211,13 +207,7 @@ def render_job_script(spec: ExecutorSpec, name: str, run_dir: Path, resources: R
     kwargs = cluster_kwargs(spec, name, run_dir, resources)
     security, protocol = kwargs.pop("security", None), "tcp://"
     if security is not None:
-        from distributed.security import Security
-
-        def placeholder(kind: str) -> str:
-            return str(run_dir / f".dask-jobqueue.worker.{kind}.RANDOM")
-
-        security = Security(tls_ca_file=placeholder("ca_file"), tls_worker_cert=placeholder("cert"),
-                            tls_worker_key=placeholder("key"))
+        security = placeholder_credentials(run_dir) if security == RUN_CREDENTIALS else security
         protocol = "tls://"
     job_cls = batch.job()
     accepted = set(inspect.signature(job_cls.__init__).parameters) | set(inspect.signature(Job.__init__).parameters)
@@ -245,6 +235,8 @@ def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resource
     batch = scheduler(spec.kind)
     kwargs = cluster_kwargs(spec, name, run_dir, resources)
     Path(kwargs["log_directory"]).mkdir(parents=True, exist_ok=True)
+    if kwargs.get("security") == RUN_CREDENTIALS:
+        kwargs["security"] = write_run_credentials(run_dir)
     try:
         cluster = batch.cluster()(**kwargs)
     except (TypeError, ValueError) as err:

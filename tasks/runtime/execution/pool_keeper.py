@@ -131,9 +131,6 @@ class PoolKeeper:
                 self._failed_starts.clear()
             else:
                 self._failed_starts.append(self._start_failure(job_id, state))
-            # out of the plan: the next scale closes what is left of it (scancel of an ended job
-            # does nothing) and submits a job under a new name in its place
-            self.cluster.worker_spec.pop(member, None)
         if len(self._failed_starts) >= FAILED_STARTS and not connected:
             raise ExecutorError(f"{len(self._failed_starts)} {self.batch.label} worker jobs in a row ended before "
                                 f"their worker connected: {'; '.join(self._failed_starts[-FAILED_STARTS:])}")
@@ -144,6 +141,14 @@ class PoolKeeper:
             setting = f"executor.{self.batch.kind}.walltime (or a step's resources.walltime)"
             raise ExecutorError(f"{self.batch.label} worker jobs kept ending while no unit finished ({'; '.join(self._losses)}): "
                                 f"a unit takes longer than a worker job may run; raise {setting}, or make units smaller")
+        # New jobs first, under new names (dask names a new job after the first name free in the
+        # plan: taking the lost one out first would give its name again, and dask closes, a few
+        # seconds later, whatever job then holds the name of a worker it saw leave); then the
+        # lost ones out of the plan, which the next correction closes (scancel of an ended job
+        # does nothing).
+        self.cluster.scale(jobs=len(self.cluster.worker_spec) + len(ended))
+        for member, _, _ in ended:
+            self.cluster.worker_spec.pop(member, None)
         self.replaced += len(ended)
         log.warning("%s: %d worker job(s) ended (%s); submitting new ones", self.batch.label, len(ended),
                     ", ".join(f"{job_id} {state}" for _, job_id, state in ended))

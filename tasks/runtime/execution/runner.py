@@ -68,6 +68,7 @@ def run_workflow(wf: Workflow, overwrite: bool = False, dry_run: bool = False,
 
         settings = FollowSettings(wf.follow.poll_seconds, wf.follow.settle_seconds, wf.follow.quiet_seconds)
         growing = lambda params: Follower(params, settings)  # noqa: E731
+    check_worker_jobs(wf, only)  # a setting the cluster rejects is refused before any step writes
     with Executor(wf.executor, wf.name, run_dir_for(wf)) as executor:
         return run_steps(wf, executor, overwrite, only, growing=growing)
 
@@ -97,9 +98,10 @@ def print_job_scripts(wf: Workflow, only: list[str] | None = None) -> None:
         print(render_job_script(wf.executor, wf.name, run_dir_for(wf), resources).rstrip())
 
 
-def check_worker_jobs(wf: Workflow) -> None:
-    """On a batch scheduler, every pool's worker job script judged by the scheduler as a run would
-    judge it (its own check and the queue's limits), before anything is queued (zarrmill submit)."""
+def check_worker_jobs(wf: Workflow, only: list[str] | None = None) -> None:
+    """On a batch scheduler, every pool's worker job script judged by the scheduler as the pool's
+    start would judge it (its own check and the queue's limits), before any step plans or writes,
+    and before ``zarrmill submit`` queues the driver."""
     from .jobqueue import render_job_script
 
     if wf.executor.kind not in BATCH_KINDS:
@@ -108,7 +110,7 @@ def check_worker_jobs(wf: Workflow) -> None:
     seen: set[tuple] = set()
     for s in wf.steps:
         key = s.resources.key() if s.resources else ()
-        if key not in seen:
+        if key not in seen and (not only or s.name in only):
             seen.add(key)
             batch.check_script(render_job_script(wf.executor, wf.name, run_dir_for(wf), s.resources),
                                f"the worker jobs of step {s.name}")
