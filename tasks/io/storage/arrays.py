@@ -19,6 +19,7 @@ from ...errors import InputError, InputNotFoundError, OutputExistsError, UnsafeO
 from .atomic import read_json_if_exists
 from . import uploads
 from .guard import OutputGuard
+from .handles import HeldFolder, by_handle, handle_path, open_array_folder
 from .location import Where, as_location
 from .location import in_bucket, zarr_url
 
@@ -191,7 +192,7 @@ def write_region(arr: zarr.Array, start: Sequence[int], data: np.ndarray, handed
     The region goes to tensorstore one write block (shard, or chunk) at a time, at most
     ``IN_FLIGHT_BYTES`` at once: tensorstore holds a copy of what it is given until it is written,
     so one call for a whole unit would hold a second copy of the unit's pixels."""
-    target = _tensorstore_of(arr)
+    target = _tensorstore_of(arr, writes=True)
     start = tuple(int(s) for s in start)
     queue = uploads.current() if target is None and in_bucket(arr) else None
     if queue is not None:
@@ -271,7 +272,7 @@ def local_root(arr: zarr.Array) -> Path:
     return Path(arr.store.root) / arr.path if arr.path else Path(arr.store.root)
 
 
-def _tensorstore_of(arr: zarr.Array) -> ts.TensorStore | None:
+def _tensorstore_of(arr: zarr.Array, writes: bool = False) -> HeldFolder | None:
     from zarr.storage import LocalStore
 
     if not isinstance(arr.store, LocalStore):
@@ -283,17 +284,27 @@ def _tensorstore_of(arr: zarr.Array) -> ts.TensorStore | None:
     except FileNotFoundError:
         return None
     # absolute: tensorstore refuses a relative path that climbs ('../out.zarr')
-    return _open_tensorstore(os.path.abspath(path), arr.metadata.zarr_format, stamp)
+    return _open_tensorstore(os.path.abspath(path), arr.metadata.zarr_format, stamp, writes)
 
 
 # Each open handle keeps ~1 MB (shard indexes, write state) even without a chunk cache: 64 handles
 # made a 48-well ingest peak 60 MB higher than 16 do, and a unit writes at most ~6 arrays.
 @lru_cache(maxsize=16)
-def _open_tensorstore(path: str, zarr_format: int, stamp: int) -> ts.TensorStore:
+def _open_tensorstore(path: str, zarr_format: int, stamp: int, writes: bool) -> HeldFolder:
+    """tensorstore on the array's folder; to write, through a handle of it (handles.py: what a
+    colleague swaps on the path afterwards is never written through), which the result holds.
+    Reads go by path: an input may reach its arrays through the user's own links."""
     import tensorstore as ts
 
-    spec = {"driver": "zarr3" if zarr_format == 3 else "zarr", "kvstore": {"driver": "file", "path": path}}
-    return ts.open(spec, open=True, context=_tensorstore_context()).result()
+    fd = open_array_folder(path) if writes and by_handle() else None
+    where = handle_path(fd) if fd is not None else path
+    spec = {"driver": "zarr3" if zarr_format == 3 else "zarr", "kvstore": {"driver": "file", "path": where}}
+    try:
+        return HeldFolder(ts.open(spec, open=True, context=_tensorstore_context()).result(), fd)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
 
 
 @lru_cache(maxsize=1)

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from .guard_fs import discard_temp, replace_file
+from .handles import open_in_store
 from .location import JsonValue, Where
 from .ozx_path import OzxPath, is_virtual
 
@@ -20,6 +21,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
         path.write_bytes(data)  # a bucket (an archive has no write_bytes: it is never written)
         return
     path = Path(path)
+    folder = open_in_store(path.parent, create=True)  # below a store being written: through its handle
+    if folder is not None:
+        _write_below(folder, path, data, durable)
+        return
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
     try:
         fh = open(tmp, "wb")
@@ -39,6 +44,31 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
             # write() and fsync() name no file (a full disk, a quota)
             err.filename = str(path)
         raise
+
+
+def _write_below(folder: int, path: Path, data: bytes, durable: bool) -> None:
+    """``atomic_write_bytes`` into the folder handle ``folder`` (closed here): the temp file made
+    new, never through a link, renamed over ``path``'s name in the same folder."""
+    tmp = f"{path.name}.{uuid.uuid4().hex}.partial"
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+        try:
+            with open(out, "wb") as fh:
+                fh.write(data)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException as err:
+            try:
+                os.unlink(tmp, dir_fd=folder)
+            except OSError:
+                pass
+            if type(err).__module__ == "builtins" and isinstance(err, OSError) and err.filename is None:
+                err.filename = str(path)
+            raise
+    finally:
+        os.close(folder)
 
 
 def canonical_json(obj: JsonValue) -> str:

@@ -320,10 +320,12 @@ def open_regular(path: os.PathLike[str] | str) -> int:
     return fd
 
 
-def open_own_file(path: os.PathLike[str] | str, flags: int) -> int:
-    """Open (creating it if absent) a file zarrmill keeps for itself, never through a link."""
+def open_own_file(path: os.PathLike[str] | str, flags: int, private: bool = False) -> int:
+    """Open (creating it if absent) a file zarrmill keeps for itself, never through a link;
+    ``private`` (a log: tracebacks, paths, host names): readable by its owner only, an existing
+    one narrowed to that too."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600 if private else 0o644)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise _refuse(path, "files", "is a symbolic link") from None
@@ -333,6 +335,8 @@ def open_own_file(path: os.PathLike[str] | str, flags: int) -> int:
         os.close(fd)
         raise _refuse(path, "files", "is not a regular file" if not stat.S_ISREG(st.st_mode)
                       else f"belongs to user id {st.st_uid}, not to you")
+    if private and st.st_mode & 0o077:
+        os.fchmod(fd, 0o600)
     return fd
 
 

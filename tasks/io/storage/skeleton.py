@@ -36,8 +36,7 @@ def array_documents(kwargs: dict[str, object]) -> dict[str, bytes]:
 
 def write_array(path: Path, kwargs: dict[str, object]) -> None:
     """Create the (empty) array at ``path``: what ``zarr.create_array(path, **kwargs)`` writes."""
-    path.mkdir(parents=True, exist_ok=True)
-    for name, data in array_documents(kwargs).items():
+    for name, data in array_documents(kwargs).items():  # its folders made as the file is (atomic.py)
         atomic_write_bytes(path / name, data, durable=False)  # as zarr's own store: no fsync
 
 
@@ -71,6 +70,5 @@ def write_group_if_absent(path: Path, zarr_format: int) -> bool:
             return json.loads((path / name).read_bytes()).get("node_type", "group") == "group"
         except (OSError, ValueError):
             return False
-    path.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path / name, data, durable=False)
+    atomic_write_bytes(path / name, data, durable=False)  # its folders made as the file is (atomic.py)
     return True

@@ -29,7 +29,11 @@ def runs_root() -> Path:
 def make_run_dir(path: Path) -> None:
     if not path.exists() and path.parent == runs_root():
         prune_by_default(path.parent)
-    path.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # the user's alone: worker logs (paths, host names, tracebacks) and the run's TLS key
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
     (path / MARKER).touch()
 
 

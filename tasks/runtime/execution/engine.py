@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ...errors import OutputLockedError, StepFailedError, ZarrmillError
 from ...io.storage.guard import OutputGuard, open_guard
+from ...io.storage.handles import writing_below
 from ...io.storage.location import traits_of
 from ...io.storage.object_store import server_failure
 from ..core.budget import PlanSize
@@ -37,10 +38,11 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[Pl
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
     try:
-        if opts.growing is not None:
-            return opts.growing.follow(lambda: _run_locked(step, task, params, get_client, opts, guard, lock,
-                                                           step_record(task, params, root), time.monotonic()))
-        return _run_locked(step, task, params, get_client, opts, guard, lock, rec, t0)
+        with writing_below(root, getattr(guard.place, "identity", None)):  # handles.py: writes below its handle
+            if opts.growing is not None:
+                return opts.growing.follow(lambda: _run_locked(step, task, params, get_client, opts, guard, lock,
+                                                               step_record(task, params, root), time.monotonic()))
+            return _run_locked(step, task, params, get_client, opts, guard, lock, rec, t0)
     except BaseException as err:
         if _unnamed_os_error(err):  # a full disk, said by a write that names no file
             err.filename = str(guard.root)

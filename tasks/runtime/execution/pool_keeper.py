@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,19 @@ class PoolKeeper:
         self._finished = -1  # units the step had finished at the last look
         self._losses: list[str] = []  # looks that found worker jobs ended since a unit last finished
         self._waiting_said = ""
+        self._looking = threading.Lock()
 
     def check(self, finished: int = 0, force: bool = False) -> None:
         """Replace ended jobs; raise when new jobs cannot start, or when jobs keep ending while no
         unit finishes (``finished``: units the step has finished so far)."""
+        if not self._looking.acquire(blocking=False):
+            return  # a step in another thread (for-each datasets share a pool) is looking now
+        try:
+            self._check(finished, force)
+        finally:
+            self._looking.release()
+
+    def _check(self, finished: int, force: bool) -> None:
         if finished != self._finished:
             self._finished, self._losses = finished, []
         now = time.monotonic()

@@ -13,6 +13,8 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from ...errors import UnitError, ZarrmillError
+from ...io.storage.handles import writing_below
+from ...io.storage.permissions import keep_writes_private
 from ...io.storage.secrets import redact
 from ..core.budget import resources_for, unit_memory
 from ..core.contract import Task, TaskParams, Unit
@@ -32,11 +34,13 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     """What a worker runs: one unit. Errors come back as one line naming task, unit and region,
     redacted here, on the worker: the line goes to the terminal, the ledger and the worker's log."""
     return_freed_memory()  # a worker started without zarrmill's environment (once per process)
+    keep_writes_private()  # nobody else may rename inside what this worker creates (once per process)
     use_profile(unit_allocator(unit))
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:
-        return run_unit_of(task.run_unit, params, unit)
+        with writing_below(params.ledger_root()):
+            return run_unit_of(task.run_unit, params, unit)
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
         where = describe(task.describe_unit, unit)
         raise UnitError(redact(
@@ -163,7 +167,7 @@ def log_failure(opts: Any, unit: Unit, exc: BaseException) -> None:
     from ...io.storage.guard_fs import open_own_file
 
     # in the ledger's folder: never appended through a link a neighbour put there
-    with open(open_own_file(opts.error_log, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as fh:
+    with open(open_own_file(opts.error_log, os.O_WRONLY | os.O_APPEND, private=True), "a", encoding="utf-8") as fh:
         fh.write(f"--- unit {unit_id(unit)} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         fh.write(redact(text))  # a signed URL in a reader's error stays out of the file
 

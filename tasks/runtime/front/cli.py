@@ -13,6 +13,7 @@ from typing import Any
 
 from ... import __version__
 from ...errors import ZarrmillError, did_you_mean
+from ...io.storage.permissions import keep_writes_private, open_private
 from .follow_command import add_follow_parser
 from ..execution.kinds import EXECUTOR_KINDS
 from ..execution.schedulers import BATCH_KINDS, DEFAULT_BATCH_KIND, SCHEDULERS
@@ -222,6 +223,7 @@ def _main(argv: list[str]) -> int:
     COMMANDS.setdefault("follow", cmd_follow)
 
     return_freed_memory()  # before any plane is read; dask's local and batch-job workers inherit it
+    keep_writes_private()  # what this run creates, nobody else renames (io/storage/permissions.py)
     try:
         check_endpoint_environment()  # AWS_ENDPOINT_URL* with a credential: one line, exit 2
         reset_clients()  # endpoint and credentials as the environment says now (tests run many commands)
@@ -274,9 +276,10 @@ def _libraries_log_to_a_file() -> None:
     from ..core.rundirs import runs_root
 
     class FolderOnFirstRecord(logging.FileHandler):
-        def _open(self):  # the folder and file appear only when a library logs something
+        def _open(self):  # the folder and file appear only when a library logs something; the user's alone
             os.makedirs(os.path.dirname(self.baseFilename), exist_ok=True)
-            return super()._open()
+            return open(self.baseFilename, self.mode, encoding=self.encoding,
+                        opener=lambda path, flags: open_private(path, flags))
 
     path = runs_root() / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     handler = FolderOnFirstRecord(path, delay=True, encoding="utf-8")
@@ -339,7 +342,8 @@ def _save_traceback(err: BaseException) -> str:
         folder = runs_root() / "crashes"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-        path.write_text(redact(f"zarrmill {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(err))))
+        with open(path, "w", encoding="utf-8", opener=lambda p, flags: open_private(p, flags)) as fh:  # the user's alone
+            fh.write(redact(f"zarrmill {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(err))))
         return str(path)
     except OSError:
         return ""

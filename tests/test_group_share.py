@@ -1,0 +1,152 @@
+"""A lab's group-writable share (issue 65): a setgid folder, the runner with umask 002, and a real
+second user, the colleague, who swaps a folder of the store being written for a link to the
+runner's private folder with one renameat2(RENAME_EXCHANGE) while chunks are being written.
+
+Before: the folders zarrmill made were group-writable (umask 002), so the colleague could swap a
+well folder, and tensorstore's writes by path followed the link: chunk files landed in the private
+folder. Now nothing inside the store is group-writable while zarrmill writes it, and pixels are
+written through a handle of the array's folder, so a swap of the store itself redirects nothing."""
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from adversarial_world import snapshot
+from conftest import tree_digest
+
+HERE = Path(__file__).parent
+USER, GROUP = "zmcolleague", "zmlab"
+SYSTEM_PYTHON = "/usr/bin/python3"  # the colleague's: the clone's venv may sit in a folder only root enters
+
+
+@pytest.fixture(scope="module")
+def colleague():
+    """A second user in a group shared with the runner; made for these tests, removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (the colleague)")
+    if not (shutil.which("useradd") and shutil.which("setpriv") and os.path.exists(SYSTEM_PYTHON)):
+        pytest.skip("needs useradd, setpriv and the system's python3")
+    made_group = made_user = False
+    try:
+        grp.getgrnam(GROUP)
+    except KeyError:
+        subprocess.run(["groupadd", GROUP], check=True)
+        made_group = True
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-s", "/usr/sbin/nologin", USER], check=True)
+        made_user = True
+    yield USER
+    if made_user:
+        subprocess.run(["userdel", USER], check=False)
+    if made_group:
+        subprocess.run(["groupdel", GROUP], check=False)
+
+
+@pytest.fixture
+def share(colleague):
+    """base/ (0755): lab/ (root:zmlab 2775, the share), thesis/ (0700, the runner's private
+    folder, with a file in it), raw/ (the plate to convert) and the colleague's script."""
+    base = Path(tempfile.mkdtemp(prefix="zm-share-"))
+    try:
+        base.chmod(0o755)
+        lab = base / "lab"
+        lab.mkdir()
+        os.chown(lab, 0, grp.getgrnam(GROUP).gr_gid)
+        lab.chmod(0o2775)
+        thesis = base / "thesis"
+        thesis.mkdir(mode=0o700)
+        (thesis / "chapter1.tex").write_text("the runner's own")
+        shutil.copy(HERE / "colleague_swap.py", base / "colleague_swap.py")
+        (base / "colleague_swap.py").chmod(0o644)
+        raw = base / "raw"
+        code = zarrmill("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}",
+                        "--set", "wells=[B03,C04,D05]", "--set", "grid=[3,3]", "--set", "shape=[256,256]",
+                        "--set", "z_planes=8").returncode
+        assert code == 0
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def zarrmill(*args: object, umask: int = 0o002) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zarrmill", *map(str, args)], capture_output=True, text=True,
+                          preexec_fn=lambda: os.umask(umask), timeout=300)
+
+
+def play_colleague(base: Path, target: Path, wait_for: Path) -> subprocess.Popen:
+    return subprocess.Popen(["setpriv", f"--reuid={USER}", f"--regid={GROUP}", "--init-groups", SYSTEM_PYTHON,
+                             str(base / "colleague_swap.py"), str(target), str(wait_for), str(base / "thesis"),
+                             str(base / "lab"), "60", str(base / "stop")], cwd=base, stdout=subprocess.PIPE, text=True)
+
+
+def report_of(base: Path, watcher: subprocess.Popen) -> dict:
+    """What the colleague did, once the run is over (they give up then)."""
+    (base / "stop").touch()
+    return json.loads(watcher.communicate(timeout=90)[0])
+
+
+def ingest(base: Path, out: Path) -> subprocess.CompletedProcess:
+    return zarrmill("task", "ingest", "--executor", "sync", "--set", f"input={base / 'raw'}", "--set", f"output={out}")
+
+
+def test_the_colleague_cannot_swap_a_folder_inside_the_store(share):
+    ref = share / "ref.zarr"
+    assert ingest(share, ref).returncode == 0
+    out = share / "lab" / "plate2.zarr"
+    before = snapshot(share / "thesis")
+    watcher = play_colleague(share, out / "C" / "04", out / "C" / "04" / "0" / "0")
+    run = ingest(share, out)
+    report = report_of(share, watcher)
+    assert not report["swapped"] and report["errors"].get("EACCES"), report
+    assert run.returncode == 0, run.stderr
+    assert snapshot(share / "thesis") == before, "nothing lands in the runner's private folder"
+    assert tree_digest(out) == tree_digest(ref)
+    for folder in [out, *[p for p in out.rglob("*") if p.is_dir()]]:
+        assert not folder.stat().st_mode & 0o022, f"{folder} is writable by others while umask is 002"
+
+
+def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun_completes(share):
+    ref = share / "ref.zarr"
+    assert ingest(share, ref).returncode == 0
+    out = share / "lab" / "plate2.zarr"
+    before = snapshot(share / "thesis")
+    watcher = play_colleague(share, out, out / "C" / "04" / "0" / "0")
+    run = ingest(share, out)
+    report = report_of(share, watcher)
+    assert report["swapped"], report
+    assert snapshot(share / "thesis") == before, "nothing lands in the runner's private folder"
+    assert "Traceback" not in run.stderr and "unexpected" not in run.stderr, run.stderr
+    if run.returncode != 0:
+        lines = [line for line in run.stderr.splitlines() if line.startswith("zarrmill: error:")]
+        assert len(lines) == 1 and run.returncode in (1, 2), run.stderr
+    # the colleague's change undone: the store back at its name, the link gone
+    link = Path(report["link"])
+    os.rename(link, share / "lab" / "moved-away")
+    os.rename(out, link)
+    os.rename(share / "lab" / "moved-away", out)
+    link.unlink()
+    rerun = ingest(share, out)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_digest(out) == tree_digest(ref)
+
+
+def test_logs_are_the_users_own(share):
+    """The error log beside a store in the share is readable by its owner only."""
+    out = share / "lab" / "bad.zarr"
+    run = zarrmill("task", "cluster-check", "--executor", "sync", "--set", f"output={out}", "--set", "units=2",
+                   "--set", "hold_mb=-1")
+    assert run.returncode == 2  # refused before anything runs: no log to make
+    run = zarrmill("task", "ingest", "--executor", "sync", "--set", f"input={share / 'raw'}", "--set",
+                   f"output={out}", "--set", "channel_names=[a,b,c,d,e,f,g]")
+    for log in share.rglob("errors.log"):
+        assert log.stat().st_mode & 0o077 == 0, log
