@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from .guard_fs import discard_temp, replace_file
+from .guard_fs import discard_temp, remove_entry, replace_entry, replace_file
 from .handles import open_in_store
 from .location import JsonValue, Where
 from .ozx_path import OzxPath, is_virtual
@@ -58,10 +58,10 @@ def _write_below(folder: int, path: Path, data: bytes, durable: bool) -> None:
                 if durable:
                     fh.flush()
                     os.fsync(fh.fileno())
-            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            replace_entry(folder, tmp, path.name)
         except BaseException as err:
             try:
-                os.unlink(tmp, dir_fd=folder)
+                remove_entry(folder, tmp, tree=False)  # the temp file this call made, by its new name
             except OSError:
                 pass
             if type(err).__module__ == "builtins" and isinstance(err, OSError) and err.filename is None:

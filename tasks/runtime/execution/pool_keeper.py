@@ -58,6 +58,7 @@ class PoolKeeper:
         self._last = 0.0
         self._seen: set[str] = set()  # members whose worker connected at some point
         self._missing: dict[str, int] = {}  # member -> looks in a row its job was not listed
+        self._known: dict[str, str] = {}  # member -> job id, at the last look
         self._failed_starts: list[str] = []  # jobs that ended before their worker connected, in a row
         self._finished = -1  # units the step had finished at the last look
         self._losses: list[str] = []  # looks that found worker jobs ended since a unit last finished
@@ -87,10 +88,17 @@ class PoolKeeper:
             return
         jobs = job_ids(self.cluster)
         self._seen |= {m for m in jobs if any(member_of(w, m) for w in connected)}
+        # a member dask itself closed (its worker left and did not come back within
+        # distributed.deploy.lost-worker-timeout) is gone from the pool's jobs but still planned
+        closed = [(m, job_id, "ended") for m, job_id in self._known.items()
+                  if m not in jobs and m in self.cluster.worker_spec]
+        self._known = dict(jobs)
         states = self.queue_states(list(jobs.values()), connected)
         if states is None:
+            if closed:
+                self._replace(closed, connected)
             return
-        ended = []
+        ended = closed
         for member, job_id in jobs.items():
             state, reason = states.get(job_id, ("", ""))
             if any(member_of(w, member) for w in connected) or member not in self.cluster.worker_spec:
