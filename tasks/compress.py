@@ -45,7 +45,8 @@ from .io.readers.sources import Source, case_paths, default_axes, describe, open
 from .io.storage.subtrees import carry_subtrees
 from .runtime.core.contract import MAX_LEVEL, MAX_MB, PlanContext, PositiveInt, TaskParams, Unit
 from .io.storage.fingerprint import fingerprint
-from .io.storage.location import Location, as_location, on_disk, stored_bytes, zarr_url
+from .io.storage.location import Location, as_location, on_disk, stored_bytes
+from .io.storage.handles import writable_url
 
 SUMMARY = COMPRESS_SUMMARY
 ZARR_CNAMES = {"lz4", "lz4hc", "zstd", "blosclz", "zlib"}
@@ -296,7 +297,7 @@ def _write_summary(p: Params, ctx: PlanContext, summary: dict) -> None:
         ctx.guard.make_dirs(out / SUMMARY_DIR)
         atomic_write_json(out / SUMMARY, summary)
         return
-    group = zarr.open_group(zarr_url(out), mode="a")
+    group = zarr.open_group(writable_url(out), mode="a")
     group.attrs["zarrmill"] = {**group.attrs.get("zarrmill", {}), SUMMARY_ATTR: summary}
 
 
@@ -351,7 +352,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
                                  name=src.name)
             if src.path.is_dir():  # an OME-Zarr image: its ROI tables and label images come along
                 carry_subtrees(src.path, as_location(p.output) / src.name, 3, ctx.guard)
-            zarr.open_group(zarr_url(as_location(p.output) / src.name), mode="a").attrs["zarrmill"] = {
+            zarr.open_group(writable_url(as_location(p.output) / src.name), mode="a").attrs["zarrmill"] = {
                 "compress": {k: summary["codec"][k] for k in ("codec", "clevel", "filter", "chosen_by")},
                 "patch": patch_of(p), "layout": p.layout}
     if _nnunet(p):

@@ -35,6 +35,7 @@ from .runtime.core.regions import group_regions
 from .runtime.core.contract import MAX_INDEX, THREADS, PlanContext, TaskParams
 from .runtime.core.units import RegionUnit, describe_region
 from .io.storage.location import as_location, zarr_url
+from .io.storage.handles import writable_url
 
 LabelUnit = RegionUnit | pyramid.LevelUnit  # a region of the mask copied into level 0; the levels below (run by the engine)
 
@@ -153,7 +154,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
                          placed=meta.placed)  # 0.6: in its image's space; the image's place is its well's
     labels_attrs, _ = read_attrs(as_location(p.image) / "labels")
     names = sorted(set(labels_attrs.get("labels", [])) | {p.name})
-    group = zarr.open_group(zarr_url(as_location(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
+    group = zarr.open_group(writable_url(as_location(p.image) / "labels"), mode="a", zarr_format=spec.zarr_format)
     update_ngff_attrs(group, meta.version, {"labels": names, **({"version": ngff06.written(meta.version)}
                                                                 if meta.version != "0.4" else {})})
 

@@ -52,6 +52,7 @@ from .io.ngff.units import ngff_to_micrometer
 from .runtime.core.contract import MAX_COUNT, MAX_LEVEL, MAX_MB, NonNegativeInt, PlanContext, PositiveFloat, PositiveInt, Seed, TaskParams
 from .runtime.core.units import TypedUnit
 from .io.storage.location import as_location, recorded_name, zarr_url
+from .io.storage.handles import writable_url
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,7 +284,7 @@ def plan(p: Params, ctx: PlanContext) -> list[PatchRangeUnit]:
     ensure_array(out, "patches", spec, ctx)
     ensure_group(out / "table", 3, ctx)
     for name, values in req.items():
-        col = zarr.create_array(zarr_url(fresh_node(out / "table" / name, ctx)), shape=values.shape,
+        col = zarr.create_array(writable_url(fresh_node(out / "table" / name, ctx)), shape=values.shape,
                                 dtype=values.dtype, chunks=values.shape)
         col[...] = values
     per_unit = max(shard, p.patches_per_unit // shard * shard)
@@ -362,7 +363,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
     cols = {k: zarr.open_array(zarr_url(out / "table" / k), mode="r")[...] for k in ("point_id", "status")}
     arr, vs = open_image(p)
     kept = int((cols["status"] == 0).sum())
-    zarr.open_group(zarr_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {
+    zarr.open_group(writable_url(out), mode="a").attrs["zarrmill"] = {"patch_store": {
         "source": recorded_name(p.input), "level": p.level, "mode": p.mode, "voxel_size": list(vs),
         "network_voxel_size": p.network_voxel_size, "patch_size": list(out_size(p)), "centering": p.centering,
         "edge": p.edge, "points": p.points, "n": len(cols["point_id"]), "kept": kept,

@@ -50,6 +50,7 @@ from .runtime.core.contract import MAX_INDEX, MAX_LEVEL, MAX_MB, THREADS, PlanCo
 from .runtime.core.units import describe_region
 from .pyramid import LevelUnit
 from .well_units import ComposeUnit, OverviewUnit
+from .io.storage.handles import writable_url
 
 ReshardUnit = ComposeUnit | OverviewUnit  # and the pyramid's LevelUnits, placed in the plan: the engine runs them
 
@@ -380,7 +381,7 @@ def _finish_overview(p: Params, plate: dict, wells: list[Well], version: str) ->
     omero = {key: v for key, v in wells[0].meta.attrs.items() if key == "omero"}
     write_image_metadata(root, version, meta.axes, pyramid.pyramid_levels(p.pyramid_params(), meta, layout.shape),
                          name="plate overview", extra=omero)
-    zarr.open_group(zarr_url(root), mode="a", zarr_format=NGFF_FORMATS[version]).attrs["zarrmill"] = {"overview": {
+    zarr.open_group(writable_url(root), mode="a", zarr_format=NGFF_FORMATS[version]).attrs["zarrmill"] = {"overview": {
         "source_image": p.image_name, "source_level": str(k),
         "wells": {w: {"y": o[0], "x": o[1], "height": layout.sizes[w][-2], "width": layout.sizes[w][-1]}
                   for w, o in layout.origins.items()}}}

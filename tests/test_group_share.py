@@ -115,13 +115,46 @@ def test_the_colleague_cannot_swap_a_folder_inside_the_store(share):
         assert not folder.stat().st_mode & 0o022, f"{folder} is writable by others while umask is 002"
 
 
-def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun_completes(share):
-    ref = share / "ref.zarr"
-    assert ingest(share, ref).returncode == 0
+def prepare(base: Path, task: str) -> list[str]:
+    """What the colleague's target run is given (its input made first, outside the share)."""
+    out = base / "lab" / "plate2.zarr"
+    raw = f"input={base / 'raw'}"
+    if task == "ingest":
+        return ["task", "ingest", "--set", raw, "--set", f"output={out}"]
+    if task == "pyramid":  # level 0 only first, then its levels written in place
+        assert zarrmill("task", "ingest", "--executor", "sync", "--set", raw, "--set", f"output={out}",
+                        "--set", "min_size=4096").returncode == 0
+        return ["task", "pyramid", "--set", f"input={out}", "--set", "min_size=16"]
+    if task == "reshard":
+        return ["task", "reshard", "--set", f"input={base / 'ref.zarr'}", "--set", f"output={out}",
+                "--set", "overview=true"]
+    volume = base / "vol.zarr"
+    assert zarrmill("task", "generate", "--executor", "sync", "--set", f"output={volume}", "--set",
+                    "shape=[48,256,256]", "--set", "chunks=[16,64,64]", "--set", "pixel_size=[2.0,1.0,1.0]").returncode == 0
+    if task == "compress":
+        return ["task", "compress", "--set", f"input={volume}", "--set", f"output={out}", "--set", "patch=[16,32,32]"]
+    import numpy as np
+
+    np.save(base / "points.npy", np.random.default_rng(1).uniform(0, 1, (3000, 3)) * [48, 256, 256])
+    return ["task", "patch-extract", "--set", f"input={volume}", "--set", f"output={out}", "--set",
+            f"points={base / 'points.npy'}", "--set", "cuboid=[8,16,16]", "--set", "network_voxel_size=[2,1,1]",
+            "--set", "patches_per_unit=64"]
+
+
+@pytest.mark.parametrize("task", ["ingest", "pyramid", "reshard", "compress", "patch-extract"])
+def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun_completes(share, task):
+    """The store's own name is in the share: the colleague exchanges it for a link to the runner's
+    private folder once chunks are being written. Every write below the store goes through a
+    handle of its root: nothing lands in the private folder; the run completes or stops with one
+    line, and the rerun once the change is undone completes with the bytes of an undisturbed run."""
+    assert ingest(share, share / "ref.zarr").returncode == 0
     out = share / "lab" / "plate2.zarr"
+    args = prepare(share, task)
+    undisturbed = share / "undisturbed"
+    shutil.copytree(share / "lab", undisturbed, symlinks=True)
     before = snapshot(share / "thesis")
-    watcher = play_colleague(share, out, out / "C" / "04" / "0" / "0")
-    run = ingest(share, out)
+    watcher = play_colleague(share, out, f"{out}::12")
+    run = zarrmill(*args[:2], "--executor", "sync", *args[2:])
     report = report_of(share, watcher)
     assert report["swapped"], report
     assert snapshot(share / "thesis") == before, "nothing lands in the runner's private folder"
@@ -135,9 +168,14 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     os.rename(out, link)
     os.rename(share / "lab" / "moved-away", out)
     link.unlink()
-    rerun = ingest(share, out)
+    rerun = zarrmill(*args[:2], "--executor", "sync", *args[2:])
     assert rerun.returncode == 0, rerun.stderr
-    assert tree_digest(out) == tree_digest(ref)
+    assert snapshot(share / "thesis") == before
+    # the same bytes as the same run where nobody swapped anything
+    undisturbed_out = undisturbed / "plate2.zarr"
+    moved = [a.replace(str(out), str(undisturbed_out)) for a in args]
+    assert zarrmill(*moved[:2], "--executor", "sync", *moved[2:]).returncode == 0
+    assert tree_digest(out) == tree_digest(undisturbed_out)
 
 
 def test_logs_are_the_users_own(share):

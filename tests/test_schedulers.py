@@ -11,6 +11,7 @@ from helpers import generate_step, jobqueue_config, write_workflow
 
 from zarrmill.errors import ConfigError
 from zarrmill.runtime.execution.jobqueue import cluster_kwargs, render_job_script
+from zarrmill.runtime.execution.run_credentials import RUN_CREDENTIALS, write_run_credentials
 from zarrmill.runtime.execution.schedulers import SCHEDULERS
 from zarrmill.runtime.execution.spec import ExecutorSpec, Resources
 
@@ -37,6 +38,8 @@ def test_a_job_script_is_dask_jobqueues_own_in_the_schedulers_syntax(tmp_path, k
     # scheduler's address and TLS files aside, which exist only once a run starts)
     kwargs = cluster_kwargs(spec, "wf", tmp_path / "run", resources)
     (tmp_path / "run").mkdir()  # where a run keeps the workers' TLS files
+    assert kwargs["security"] == RUN_CREDENTIALS  # made when the pool starts (start_pool), as here
+    kwargs["security"] = write_run_credentials(tmp_path / "run", [])
     cluster = batch.cluster()(**kwargs)
     try:
         theirs = cluster.job_script()
@@ -46,7 +49,7 @@ def test_a_job_script_is_dask_jobqueues_own_in_the_schedulers_syntax(tmp_path, k
     def plain(text: str) -> str:  # a cluster's template names its worker "dummy-name"; each job its own
         text = text.replace("dummy-name", "zm-wf")
         text = re.sub(r"tls://\S+:\d+", "ADDRESS", text.replace("tls://DRIVER-HOST:PORT", "ADDRESS"))
-        return re.sub(r"\S*\.dask-jobqueue\.worker\.(\w+)\.\S+", r"TLS-\1", text)
+        return re.sub(r"\S*\.zarrmill-tls-\w+\.(\w+)", r"TLS-\1", text)
 
     assert plain(script) == plain(theirs)
 

@@ -93,6 +93,9 @@ def test_job_scripts_pass_bash_n_and_refuse_what_would_be_split_or_run(tmp_path)
     run.mkdir()
     kw = slurm_cluster_kwargs(ExecutorSpec(kind="slurm", slurm={"queue": "debug", "cores": 1, "memory": "1GB"}),
                               "w", run, None)
+    from zarrmill.runtime.execution.run_credentials import write_run_credentials
+
+    kw["security"] = write_run_credentials(run, [])  # as start_pool does
     with SLURMCluster(**kw) as cluster:
         script = cluster.job_script()
     assert f"cd {shlex.quote(os.getcwd())}" in script and "--tls-key" in script
@@ -244,7 +247,9 @@ def test_squeue_reasons_that_never_clear_name_the_setting():
                       "59": ("RUNNING", ""), "60": ("PENDING", "ReqNodeNotAvail, UnavailableNodes:n3")}
     assert "executor.slurm.walltime" in SCHEDULER.pending_problem("PartitionTimeLimit")
     assert SCHEDULER.pending_problem("Resources") is None and SCHEDULER.pending_problem("Priority") is None
-    assert SCHEDULER.pending_problem(states["60"][1]) is not None
+    # nodes down, drained or reserved come back: waited for (at most worker_start_timeout with no worker)
+    assert SCHEDULER.pending_problem(states["60"][1]) is None and SCHEDULER.pending_unsure(states["60"][1])
+    assert not SCHEDULER.pending_unsure("Resources") and not SCHEDULER.pending_unsure("PartitionTimeLimit")
 
 
 def test_a_worker_leaves_before_its_walltime_and_the_users_lifetime_wins(tmp_path):

@@ -13,6 +13,7 @@ import zarr
 from .acquisition import Acquisition, Channel, Plane
 from .metadata import NGFF_FORMATS, Level, make_axes, write_image_metadata, write_plate_metadata, write_well_metadata
 from ..storage.location import zarr_url
+from ..storage.handles import writable_url
 
 MAX_CHUNK_SIDE = 1280
 MAX_WINDOW_FIELDS = 8
@@ -116,5 +117,5 @@ def write_field_image(path: Path, acq: Acquisition, version: str, levels: list[L
                       windows: list[tuple[float, float, float, float]], extra: dict[str, Any]) -> None:
     write_image_metadata(path, version, make_axes(field_axes(acq)), levels, name=path.name,
                          extra={"omero": omero(acq.channels, windows)}, placed=True)
-    group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group = zarr.open_group(writable_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     group.attrs["zarrmill"] = extra

@@ -23,7 +23,8 @@ from . import ngff06
 from .foreign import clean_omero
 from ..storage.guard import inside
 from ..storage.location import as_location
-from ..storage.location import zarr_url
+
+from ..storage.handles import writable_url
 
 NGFF_FORMATS = {"0.4": 2, "0.5": 3, "0.6": 3}
 # YAML reads `0.4` as a number: accept it as the version string users mean.
@@ -281,7 +282,7 @@ def write_image_metadata(path: Path, version: str, axes: list[dict[str, Any]], l
         multiscale = ngff06.multiscale(axes, levels, name or "/", placed)
     values["multiscales"] = [multiscale]
     values.update(extra)
-    update_ngff_attrs(zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values,
+    update_ngff_attrs(zarr.open_group(writable_url(path), mode="a", zarr_format=NGFF_FORMATS[version]), version, values,
                       own)
 
 
@@ -290,7 +291,7 @@ def write_well_metadata(path: Path, version: str, images: list[str], acquisition
     """The well document: its images, all from one plate acquisition. ``placed`` (0.6): the images'
     axes and each image's translation into the well (its scene, ngff06.py)."""
     well: dict[str, Any] = {"images": [{"path": im, "acquisition": acquisition} for im in images]}
-    group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group = zarr.open_group(writable_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["well"] = {**well, "version": version}
     elif version == "0.6":
@@ -325,7 +326,7 @@ def write_plate_metadata(path: Path, version: str, rows: list[str], columns: lis
     plate["acquisitions"] = acquisitions
     if version != "0.6":  # 0.6 keeps the version once, in "ome"
         plate["version"] = version
-    group = zarr.open_group(zarr_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
+    group = zarr.open_group(writable_url(path), mode="a", zarr_format=NGFF_FORMATS[version])
     if version == "0.4":
         group.attrs["plate"] = plate
     else:

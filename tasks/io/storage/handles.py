@@ -46,45 +46,131 @@ def store_root_of(array_folder: Path) -> Path:
     return root
 
 
-# The stores this process writes now: absolute root path -> [the root's (device, inode) as the
-# output guard judged it in this process (None in a worker: judged there by not following a link),
-# how many steps and units write it now].
-_ROOTS: dict[str, list] = {}
+class _Store:
+    """A store this process writes now (module doc)."""
+
+    def __init__(self, real: str, identity: tuple[int, int] | None, carries: str | None):
+        self.real = real  # the folder to open: the root's real path (the user's own links above it resolved)
+        self.identity = identity  # (device, inode) as the output guard judged it in this process
+        self.carries = carries  # the owner id the store must carry (a worker's check, by content)
+        self.count = 0  # steps and units writing it now
+        self.fd: int | None = None  # the root's handle, held for zarr-python's writes (writable_url)
+
+    def open_root(self) -> int:
+        """A new handle of the root: never through a link at its name, only while it is the folder
+        the guard judged (in the driver) and carries this run's owner id (in a worker)."""
+        fd = guard_fs.open_judged(self.real, self.identity)
+        if self.carries is not None and self.carries not in carried_ids(fd):
+            os.close(fd)
+            raise UnsafeOutputError(f"{self.real}: is no longer the store this run writes (it does not carry its "
+                                    "owner id)")
+        return fd
+
+
+_ROOTS: dict[str, _Store] = {}  # absolute root path as the run names it -> the store
 _ROOTS_LOCK = threading.Lock()
 
 
+def carried_ids(fd: int) -> set[str]:
+    """The owner ids the store held by ``fd`` carries: in its claim, or in its provenance."""
+    import json
+
+    from .ownership import provenance_owner
+    from .paths import CLAIM_FILE
+
+    ids: set[str] = set()
+    try:
+        claim = os.open(CLAIM_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        with open(claim, "rb") as fh:
+            doc = json.loads(fh.read() or b"{}")
+        if isinstance(doc, dict) and isinstance(doc.get("id"), str):
+            ids.add(doc["id"])
+    except (OSError, ValueError):
+        pass
+    owner = provenance_owner(Path(handle_path(fd))) if by_handle() else None
+    if owner is not None:
+        ids.add(owner)
+    return ids
+
+
 @contextmanager
-def writing_into(root: str | os.PathLike[str], identity: tuple[int, int] | None = None) -> Iterator[None]:
+def writing_into(root: str | os.PathLike[str], identity: tuple[int, int] | None = None,
+                 real: str | os.PathLike[str] | None = None, carries: str | None = None) -> Iterator[None]:
     """While inside (a step, a unit; nested and in threads alike): every write below ``root`` in
-    this process goes through a handle of it (``open_in_store``, tensorstore's arrays)."""
+    this process goes through a handle of it (``open_in_store``, ``writable_url``, tensorstore's
+    arrays). ``real``: the root's real path as judged (else resolved now); ``carries``: the owner
+    id it must carry (a worker, told by the driver)."""
     key = os.path.abspath(root)
     with _ROOTS_LOCK:
-        entry = _ROOTS.setdefault(key, [identity, 0])
-        entry[0] = entry[0] or identity
-        entry[1] += 1
+        store = _ROOTS.get(key)
+        if store is None:
+            store = _ROOTS[key] = _Store(os.path.realpath(real if real is not None else key), identity, carries)
+        store.identity = store.identity or identity
+        store.carries = store.carries or carries
+        store.count += 1
     try:
         yield
     finally:
         with _ROOTS_LOCK:
-            entry[1] -= 1
-            if entry[1] <= 0 and _ROOTS.get(key) is entry:
+            store.count -= 1
+            if store.count <= 0 and _ROOTS.get(key) is store:
                 del _ROOTS[key]
+                if store.fd is not None:
+                    os.close(store.fd)
 
 
-def writing_below(root: object, identity: tuple[int, int] | None = None) -> ContextManager[None]:
+def claimed(root: str | os.PathLike[str], owner_id: str | None) -> None:
+    """The run claimed ``root`` (its owner id is what the store carries from now on)."""
+    with _ROOTS_LOCK:
+        store = _ROOTS.get(os.path.abspath(root))
+        if store is not None and owner_id is not None:
+            store.carries = owner_id
+
+
+def _changed(where: object, err: BaseException) -> StoreChangedError:
+    return StoreChangedError(f"{where}: the store was changed during the run: a folder on the way to it was "
+                             f"replaced ({err}); nothing was written through it. Undo the change and rerun")
+
+
+def writable_url(path: str | os.PathLike[str]) -> str:
+    """Where zarr-python is to open ``path`` to write it (a group's attributes, a small array):
+    below a store being written, ``/proc/self/fd/N/<path in the store>`` through the root's
+    handle, held while the store is written (a rename of the store, or a link put at its name,
+    redirects nothing; below the root nobody else may rename, permissions.py); else its URL."""
+    from .location import zarr_url
+
+    found = root_for(path) if by_handle() else None
+    if found is None:
+        return zarr_url(path)  # type: ignore[arg-type]
+    key, store = found
+    with _ROOTS_LOCK:
+        if store.fd is None:
+            try:
+                store.fd = store.open_root()
+            except (UnsafeOutputError, NotADirectoryError) as err:
+                raise _changed(key, err) from None
+        fd = store.fd
+    rel = Path(os.path.abspath(path)).relative_to(key)
+    return str(PROC_FD / str(fd) / rel) if rel.parts else str(PROC_FD / str(fd))
+
+
+def writing_below(root: object, identity: tuple[int, int] | None = None, real: object = None,
+                  carries: str | None = None) -> ContextManager[None]:
     """``writing_into`` for a store on this machine's disks; nothing for a bucket."""
     from .location import on_disk
     from .ozx_path import OzxPath
 
     local = on_disk(root)  # type: ignore[arg-type]
-    return writing_into(local, identity) if local is not None and not isinstance(local, OzxPath) else nullcontext()
+    if local is None or isinstance(local, OzxPath):
+        return nullcontext()
+    return writing_into(local, identity, real, carries)  # type: ignore[arg-type]
 
 
-def root_for(path: str | os.PathLike[str]) -> tuple[str, tuple[int, int] | None] | None:
-    """The registered store holding ``path`` (the innermost), with its judged identity."""
+def root_for(path: str | os.PathLike[str]) -> tuple[str, _Store] | None:
+    """The registered store holding ``path`` (the innermost): its root as the run names it."""
     text = os.path.abspath(path)
     with _ROOTS_LOCK:
-        found = [(root, entry[0]) for root, entry in _ROOTS.items() if text == root or text.startswith(root + os.sep)]
+        found = [(root, store) for root, store in _ROOTS.items() if text == root or text.startswith(root + os.sep)]
     return max(found, key=lambda r: len(r[0])) if found else None
 
 
@@ -95,18 +181,16 @@ def open_in_store(folder: str | os.PathLike[str], create: bool = False) -> int |
     found = root_for(folder)
     if found is None:
         return None
-    root, identity = found
-    parts = list(Path(os.path.abspath(folder)).relative_to(root).parts)
+    key, store = found
+    parts = list(Path(os.path.abspath(folder)).relative_to(key).parts)
     try:
-        root_fd = guard_fs.open_judged(root, identity)
+        root_fd = store.open_root()
         try:
             return guard_fs.open_below(root_fd, parts, create)
         finally:
             os.close(root_fd)
     except (UnsafeOutputError, NotADirectoryError) as err:
-        raise StoreChangedError(f"{folder}: the store was changed during the run: a folder on the way to it was "
-                                f"replaced ({err}); nothing was written through it. Undo the change and "
-                                "rerun") from None
+        raise _changed(folder, err) from None
 
 
 def open_array_folder(array_folder: str) -> int:

@@ -14,10 +14,12 @@ umask is then kept, and those colleagues are trusted not to swap folders mid-run
 from __future__ import annotations
 
 import os
+import threading
 
 GROUP_WRITABLE = "ZARRMILL_GROUP_WRITABLE"
 PRIVATE_FILE_MODE = 0o600  # logs: tracebacks, paths and host names are the user's own
 _done = False
+_LOCK = threading.Lock()
 
 
 def group_writable() -> bool:
@@ -26,16 +28,19 @@ def group_writable() -> bool:
 
 def keep_writes_private() -> int:
     """Add group and other write to this process's umask (once per process; the module doc); the
-    umask in force after it."""
+    umask set, or -1 when nothing was done."""
     global _done
-    current = os.umask(0o022)
-    os.umask(current)
     if _done or group_writable():
-        return current
-    _done = True
-    tightened = current | 0o022
-    os.umask(tightened)
-    return tightened
+        return -1  # done already (or not wanted): the umask is not touched, not even read
+    with _LOCK:
+        if _done:
+            return -1
+        # reading the umask means setting it: once per process, and for that instant the
+        # strictest one (a file another thread makes then is the user's alone, never looser)
+        tightened = os.umask(0o077) | 0o022
+        os.umask(tightened)
+        _done = True
+        return tightened
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:

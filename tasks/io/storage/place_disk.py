@@ -15,6 +15,7 @@ from . import guard_empty, guard_fs
 from .backend import DiskBackend
 from .location import Location, Where, on_disk, zarr_url
 from .paths import CLAIM_FILE, CLAIM_PARTIAL, LOCK_FILES, bookkeeping_dir, forbidden_roots, inside, is_within, never_delete, real
+from .handles import writable_url
 
 
 def _listing(path: Path) -> list[str]:
@@ -121,7 +122,7 @@ class DiskPlace:
         if not write_group_if_absent(Path(path), zarr_format):
             import zarr
 
-            zarr.open_group(zarr_url(path), mode="a", zarr_format=zarr_format)
+            zarr.open_group(writable_url(path), mode="a", zarr_format=zarr_format)
 
     def make_array(self, path: Location, kwargs: dict[str, object]) -> None:
         from .skeleton import write_array

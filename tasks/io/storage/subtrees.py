@@ -14,6 +14,7 @@ import zarr
 
 from ...errors import UnsafeOutputError
 from .guard import OutputGuard
+from .handles import writable_url
 from .location import is_remote, zarr_url
 
 CARRIED = ("tables", "labels")
@@ -37,7 +38,7 @@ def carry_subtrees(src_image: Path, dst_image: Path, dst_zarr_format: int, guard
         elif _zarr_format(src) == dst_zarr_format:
             shutil.copytree(src, dst, ignore=_links)
         else:
-            _convert(zarr.open_group(zarr_url(src), mode="r"), zarr.open_group(zarr_url(dst_image), mode="a"), name)
+            _convert(zarr.open_group(zarr_url(src), mode="r"), zarr.open_group(writable_url(dst_image), mode="a"), name)
         carried.append(name)
     return carried
 

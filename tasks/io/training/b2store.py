@@ -4,6 +4,7 @@ for training workers."""
 from __future__ import annotations
 
 import math
+import os
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -11,7 +12,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...errors import InputError
-from ..storage.guard_fs import discard_temp, replace_file
+from ..storage.guard_fs import discard_temp, remove_entry, replace_entry, replace_file
+from ..storage.handles import by_handle, handle_path, open_in_store
 from ..storage.location import Location, as_location, on_disk, zarr_url
 from ..storage.transfer import built_locally
 
@@ -53,25 +55,45 @@ def write_b2nd(path: Location, shape: Sequence[int], dtype: np.dtype, read: Call
 def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
                      read: Callable[[tuple[slice, ...]], np.ndarray], chunks: Sequence[int], blocks: Sequence[int],
                      params: dict[str, Any], meta: dict[str, Any] | None) -> int:
-    import blosc2
-
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    folder = open_in_store(path.parent, create=True) if by_handle() else None
+    if folder is not None:
+        # below a store being written: blosc2 opens the file through its folder's handle (handles.py),
+        # and it is renamed and discarded relative to it
+        try:
+            cbytes = _fill(f"{handle_path(folder)}/{tmp.name}", path, shape, dtype, read, chunks, blocks, params, meta)
+            replace_entry(folder, tmp.name, path.name)
+            return cbytes
+        finally:
+            remove_entry(folder, tmp.name, tree=False)  # gone already after the rename
+            os.close(folder)
     try:
-        arr = blosc2.empty(tuple(shape), dtype=np.dtype(dtype), chunks=tuple(chunks), blocks=tuple(blocks),
-                           urlpath=str(tmp), cparams=params, mode="w")
-        for sl in slabs(shape, chunks, np.dtype(dtype).itemsize):
-            data = np.ascontiguousarray(read(sl))
-            arr[sl] = data
-            if not np.array_equal(arr[sl], data, equal_nan=data.dtype.kind == "f"):
-                raise RuntimeError(f"{path}: round trip differs in {sl} (blosc2 bug or bad memory)")
-        if meta:
-            arr.schunk.vlmeta["zarrmill"] = meta
-        cbytes = arr.schunk.cbytes
-        del arr
+        cbytes = _fill(str(tmp), path, shape, dtype, read, chunks, blocks, params, meta)
         replace_file(tmp, path)
         return cbytes
     finally:
         discard_temp(tmp)
+
+
+def _fill(urlpath: str, path: Path, shape: Sequence[int], dtype: np.dtype,
+          read: Callable[[tuple[slice, ...]], np.ndarray], chunks: Sequence[int], blocks: Sequence[int],
+          params: dict[str, Any], meta: dict[str, Any] | None) -> int:
+    """A new Blosc2 frame at ``urlpath`` from ``read(slices)``, each slab read back and compared;
+    its compressed size."""
+    import blosc2
+
+    arr = blosc2.empty(tuple(shape), dtype=np.dtype(dtype), chunks=tuple(chunks), blocks=tuple(blocks),
+                       urlpath=urlpath, cparams=params, mode="w")
+    for sl in slabs(shape, chunks, np.dtype(dtype).itemsize):
+        data = np.ascontiguousarray(read(sl))
+        arr[sl] = data
+        if not np.array_equal(arr[sl], data, equal_nan=data.dtype.kind == "f"):
+            raise RuntimeError(f"{path}: round trip differs in {sl} (blosc2 bug or bad memory)")
+    if meta:
+        arr.schunk.vlmeta["zarrmill"] = meta
+    cbytes = arr.schunk.cbytes
+    del arr  # the frame is closed before it is renamed
+    return cbytes
 
 
 class PatchArray:

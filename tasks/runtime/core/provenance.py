@@ -14,9 +14,10 @@ from typing import Any
 from ... import __version__
 from ...io.storage.atomic import atomic_write_json
 from ...io.storage.guard import is_bookkeeping_name, provenance_side_file
-from ...io.storage.location import as_location, on_disk, zarr_url
+from ...io.storage.location import as_location, on_disk
 from ...io.storage.ozx_path import OzxPath
 from ...io.storage.secrets import redact_tree
+from ...io.storage.handles import writable_url
 
 
 
@@ -72,7 +73,7 @@ def record_step(root: Path, workflow: dict[str, Any], step: dict[str, Any], owne
     if _is_zarr_group(root):
         import zarr
 
-        group = zarr.open_group(zarr_url(root), mode="a")
+        group = zarr.open_group(writable_url(root), mode="a")
         ours = dict(group.attrs.get("zarrmill", {}))
         prov = {**ours.get("provenance", {}), **entry}
         prov["steps"] = {**prov.get("steps", {}), step["step"]: step}

@@ -38,8 +38,9 @@ def make_run_dir(path: Path) -> None:
 
 
 def keep_days() -> float:
+    """Days a run folder is kept unused (at least one: a live run's folder is never that quiet)."""
     try:
-        return max(float(os.environ.get("ZARRMILL_RUNS_KEEP_DAYS", KEEP_DAYS)), 0.0)
+        return max(float(os.environ.get("ZARRMILL_RUNS_KEEP_DAYS", KEEP_DAYS)), 1.0)
     except ValueError:
         return KEEP_DAYS
 

@@ -38,7 +38,8 @@ def run_step(step: str, task: Task, params: TaskParams, get_client: Callable[[Pl
     guard.check()  # refuses unsafe outputs before anything is read or written
     lock = _lock_output(step, guard)
     try:
-        with writing_below(root, getattr(guard.place, "identity", None)):  # handles.py: writes below its handle
+        place = guard.place  # handles.py: every write below the root goes through a handle of it
+        with writing_below(root, getattr(place, "identity", None), getattr(place, "real_root", None)):
             if opts.growing is not None:
                 return opts.growing.follow(lambda: _run_locked(step, task, params, get_client, opts, guard, lock,
                                                                step_record(task, params, root), time.monotonic()))

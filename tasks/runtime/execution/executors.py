@@ -71,6 +71,7 @@ class Executor:
         self._lock = threading.Lock()  # for_each runs datasets in threads sharing this executor
         self._keepers: dict[int, PoolKeeper] = {}  # id(batch client) -> what keeps its pool's size
         self._made_run_dir = False  # this run made its run folder (a rejected run removes it again)
+        self._credentials: list[Path] = []  # the TLS files this run wrote (run_credentials.py)
 
     def client_for(self, resources: Resources | None, workers: str = "processes", plan: PlanSize | None = None) -> Any:
         """``workers``: what the task runs best on. On the ``local`` executor a task whose units
@@ -196,7 +197,7 @@ class Executor:
             make_run_dir(self.run_dir)
             self._made_run_dir = made
             try:
-                cluster, client, keeper = start_pool(self.spec, self.name, self.run_dir, resources)
+                cluster, client, keeper = start_pool(self.spec, self.name, self.run_dir, resources, self._credentials)
             except ConfigError:  # the scheduler refused the settings: a rejected run leaves no run folder
                 if made and not self._pools:
                     self._remove_run_dir()
@@ -262,13 +263,12 @@ class Executor:
                         f"restarted by dask: raise {setting}, or make units smaller")
         return ""
 
-    def keep_pool(self, client: Any, finished: int = 0) -> None:
-        """While a step waits for units on ``client`` (``finished`` of them so far): its batch pool
-        replaces ended jobs, or the run ends with why new ones cannot start (pool_keeper.py).
-        Nothing for other clients."""
+    def keep_pool(self, client: Any) -> None:
+        """While a step waits for units on ``client``: its batch pool replaces ended jobs, or the
+        run ends with why new ones cannot start (pool_keeper.py). Nothing for other clients."""
         keeper = self._keepers.get(id(client))
         if keeper is not None:
-            keeper.check(finished)
+            keeper.check()
 
     def _remove_run_dir(self) -> None:
         from ...io.storage.paths import remove_bookkeeping
@@ -281,7 +281,7 @@ class Executor:
     def _remove_run_keys(self) -> None:
         """The TLS key and certificate the run's workers read: useless once its schedulers are
         gone, and a key lying in a shared home for weeks is one more to leak."""
-        for path in remove_run_credentials(self.run_dir):
+        for path in remove_run_credentials(self._credentials):
             logging.getLogger("zarrmill").warning("could not remove %s", path)
 
     def dashboard_links(self) -> list[str]:
@@ -290,7 +290,6 @@ class Executor:
     def close(self) -> None:
         # clients never become dask's global default (set_as_default=False), so closing several
         # pools cannot leave dask pointing at a closed scheduler for the user's own dask code
-        batch = bool(self._keepers)
         try:
             for cluster, client in reversed(list(self._pools.values())):
                 client.close()
@@ -299,8 +298,7 @@ class Executor:
         finally:
             self._pools.clear()
             self._keepers.clear()
-            if batch:
-                self._remove_run_keys()
+            self._remove_run_keys()
 
     def __enter__(self) -> "Executor":
         return self

@@ -156,7 +156,7 @@ def with_lifetime(args: list[str], walltime: float) -> list[str]:
     """The worker's arguments with ``--lifetime`` from the walltime (lifetime_of), unless the user
     set one (worker_extra_args)."""
     times = lifetime_of(walltime)
-    if times is None or "--lifetime" in args:
+    if times is None or any(a == "--lifetime" or a.startswith("--lifetime=") for a in args):
         return args
     return args + ["--lifetime", f"{times[0]}s", "--lifetime-stagger", f"{times[1]}s"]
 
@@ -225,18 +225,19 @@ def worker_script_source(batch: Scheduler) -> str:
             f"or dask-jobqueue's jobqueue.{batch.kind} config)")
 
 
-def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None
-               ) -> tuple[Any, Any, PoolKeeper]:
+def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resources | None,
+               credentials: list[Path]) -> tuple[Any, Any, PoolKeeper]:
     """A dask-jobqueue cluster for these resources, its client and the keeper that holds its size
     (pool_keeper.py); returns once a worker connected (a fixed pool or an adaptive one with a
-    minimum), or raises with what the scheduler says."""
+    minimum), or raises with what the scheduler says. The TLS files it writes are appended to
+    ``credentials`` (the executor removes them when the run ends)."""
     from distributed import Client
 
     batch = scheduler(spec.kind)
     kwargs = cluster_kwargs(spec, name, run_dir, resources)
     Path(kwargs["log_directory"]).mkdir(parents=True, exist_ok=True)
     if kwargs.get("security") == RUN_CREDENTIALS:
-        kwargs["security"] = write_run_credentials(run_dir)
+        kwargs["security"] = write_run_credentials(run_dir, credentials)
     try:
         cluster = batch.cluster()(**kwargs)
     except (TypeError, ValueError) as err:
@@ -254,7 +255,7 @@ def start_pool(spec: ExecutorSpec, name: str, run_dir: Path, resources: Resource
         cluster.scale(jobs=spec.jobs or 1)
         wanted = 1
     keeper = PoolKeeper(batch, cluster, client, None if spec.adapt is not None else spec.jobs or 1,
-                        Path(kwargs["log_directory"]))
+                        Path(kwargs["log_directory"]), spec.worker_start_timeout)
     if wanted:
         try:
             wait_for_workers(keeper, spec.worker_start_timeout)

@@ -19,9 +19,10 @@ RUN_CREDENTIALS = "zarrmill-run-credentials"
 PREFIX = ".zarrmill-tls-"  # the files' names in the run folder: PREFIX + random + .key / .pem
 
 
-def write_run_credentials(run_dir: Path) -> Any:
+def write_run_credentials(run_dir: Path, written: list[Path]) -> Any:
     """A ``Security`` whose key and certificate (also the authority: it is self-signed) are files
-    in ``run_dir``, created new (never through a link or over a file), mode 0600."""
+    in ``run_dir``, created new (never through a link or over a file), mode 0600; their paths are
+    appended to ``written`` as each is made (what ``remove_run_credentials`` removes)."""
     from distributed.security import Security
 
     made = Security.temporary().get_tls_config_for_role("worker")
@@ -29,6 +30,7 @@ def write_run_credentials(run_dir: Path) -> Any:
     key, cert = run_dir / f"{stem}.key", run_dir / f"{stem}.pem"
     for path, text in ((key, made["key"]), (cert, made["cert"])):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        written.append(path)
         with open(fd, "w", encoding="ascii") as fh:
             fh.write(text)
     files = {f"tls_{role}_{what}": str(path) for role in ("client", "scheduler", "worker")
@@ -44,15 +46,16 @@ def placeholder_credentials(run_dir: Path) -> Any:
     return Security(tls_ca_file=f"{stem}.pem", tls_worker_cert=f"{stem}.pem", tls_worker_key=f"{stem}.key")
 
 
-def remove_run_credentials(run_dir: Path) -> list[str]:
-    """Delete the run's key and certificate files (through the guard of bookkeeping files); the
-    names of those that could not be removed."""
+def remove_run_credentials(written: list[Path]) -> list[str]:
+    """Delete the key and certificate files this run wrote (through the guard of bookkeeping
+    files; another run's in a shared run folder stay); the names of those that could not be."""
     from ...io.storage.paths import remove_bookkeeping
 
     left = []
-    for path in sorted(run_dir.glob(f"{PREFIX}*")) if run_dir.is_dir() else []:
+    for path in written:
         try:
             remove_bookkeeping(path)
         except OSError:
             left.append(str(path))
+    written.clear()
     return left

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ...errors import StepFailedError
 from ...io.storage.fingerprint import changed_files, describe_changes, fingerprint
 from ...io.storage.guard import OutputGuard
+from ...io.storage.handles import claimed
 from ...io.storage.location import traits_of
 from ..core.budget import PlanSize, refuse_oversized
 from ..core.contract import PlanContext, Task, TaskParams
@@ -48,7 +49,8 @@ class StepOptions:
     # why the cluster lost workers (out of memory, walltime, as the scheduler says), asked when units failed with them
     explain_lost_workers: Callable[[], str] | None = None
     # asked while units wait on a client: a batch pool replaces ended jobs, or raises why it cannot
-    keep_pool: Callable[[Any, int], None] | None = None
+    keep_pool: Callable[[Any], None] | None = None
+    store_id: str | None = None  # the owner id the output carries: workers write only into a store carrying it
     # bytes of unit data one worker may hold (runtime/core/budget.py); None: unknown, nothing constrained
     unit_budget: Callable[[], int | None] | None = None
     budget_setting: str = "executor.memory_limit"
@@ -105,8 +107,10 @@ class StepRun:
     def claim(self) -> None:
         """Under the lock: the output is this run's (a failure from here on is rolled back)."""
         self.guard.claim(self.step)
+        store_id = self.guard.owner_id()
+        claimed(self.params.ledger_root(), store_id)  # what workers check the store they write carries
         self.ledger = open_ledger(self.guard.root, self.step)
-        self.opts = dataclasses.replace(self.opts, error_log=self.ledger.error_log())
+        self.opts = dataclasses.replace(self.opts, error_log=self.ledger.error_log(), store_id=store_id)
         self.old = self.ledger.record() if self.guard.owned() or self.guard.in_place else None
 
     def already_done(self) -> StepReport | None:

@@ -30,7 +30,7 @@ def _params_on_worker(task_name: str, params_json: str) -> TaskParams:
     return get_task(task_name).params_model.model_validate_json(params_json)
 
 
-def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
+def execute_unit(task_name: str, params_json: str, unit: Unit, store_id: str | None = None) -> int:
     """What a worker runs: one unit. Errors come back as one line naming task, unit and region,
     redacted here, on the worker: the line goes to the terminal, the ledger and the worker's log."""
     return_freed_memory()  # a worker started without zarrmill's environment (once per process)
@@ -39,7 +39,7 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
     task = get_task(task_name)
     params = _params_on_worker(task_name, params_json)
     try:
-        with writing_below(params.ledger_root()):
+        with writing_below(params.ledger_root(), carries=store_id):  # only into the store carrying this id
             return run_unit_of(task.run_unit, params, unit)
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
         where = describe(task.describe_unit, unit)
@@ -48,14 +48,15 @@ def execute_unit(task_name: str, params_json: str, unit: Unit) -> int:
         )) from err
 
 
-def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: int) -> int:
+def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: int,
+                         store_id: str | None = None) -> int:
     """``execute_unit``, tried ``retries`` more times after a failure; the last failure is raised."""
     for attempt in range(retries):
         try:
-            return execute_unit(task_name, params_json, unit)
+            return execute_unit(task_name, params_json, unit, store_id)
         except UnitError:
             log.debug("unit %s attempt %d failed", unit_id(unit), attempt, exc_info=True)
-    return execute_unit(task_name, params_json, unit)
+    return execute_unit(task_name, params_json, unit, store_id)
 
 
 def run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, opts: Any
@@ -63,7 +64,7 @@ def run_inline(task: Task, params: TaskParams, todo: list[Unit], client: Any, op
     p_json = params.model_dump_json()
     for unit in todo:
         try:
-            nbytes = execute_with_retries(task.name, p_json, unit, opts.retries)
+            nbytes = execute_with_retries(task.name, p_json, unit, opts.retries, opts.store_id)
         except UnitError as err:
             log_failure(opts, unit, err)
             yield unit, 0, str(err)
@@ -96,7 +97,7 @@ def run_on_client(task: Task, params: TaskParams, todo: list[Unit], client: Any,
             units = [u for _, u in group]
             by_key.update(zip(keys, units))
             futures += client.map(execute_unit, [task.name] * len(units), [p_json] * len(units), units,
-                                  key=keys, retries=opts.retries, pure=False,
+                                  [opts.store_id] * len(units), key=keys, retries=opts.retries, pure=False,
                                   resources=resources_for(units[0], opts._budget))
         return futures
 
@@ -118,13 +119,12 @@ def _batches(ac: Any, client: Any, opts: Any) -> Iterator[list[tuple[Any, Any]]]
     """``as_completed``'s batches of finished units; meanwhile the pool is looked after
     (``opts.keep_pool``: lost batch jobs replaced, or why new ones cannot start raised), so a step
     whose every worker is gone never waits forever."""
-    keep, finished = opts.keep_pool, 0
+    keep = opts.keep_pool
     while not ac.is_empty():
         if keep is not None:
-            keep(client, finished)  # looks at the queue every few seconds, whatever arrives
+            keep(client)  # looks at the queue every few seconds, whatever arrives
         batch = ac.next_batch(block=keep is None)
         if batch:
-            finished += len(batch)
             yield batch
             continue
         with ac.thread_condition:
@@ -234,7 +234,8 @@ def run_in_threads(task: Task, params: TaskParams, todo: list[Unit], pool: InPro
                         waiting = unit  # the next unit waits for memory: order is kept
                         break
                     held += need
-                    running[threads.submit(execute_with_retries, task.name, p_json, unit, opts.retries)] = (unit, need)
+                    running[threads.submit(execute_with_retries, task.name, p_json, unit, opts.retries,
+                                           opts.store_id)] = (unit, need)
                 if not running:
                     return
                 done, _ = wait(running, return_when=FIRST_COMPLETED)

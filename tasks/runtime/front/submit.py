@@ -57,7 +57,7 @@ def submit_workflow(workflow: Path, sets: list[str], time: str, mem: str, direct
         checked_script(written, "the driver job script (--set, --directive, --sbatch-arg or the workflow path)")
     if print_only:
         return None, text if suffix == "sh" else f"{text}\n# {stem.with_suffix('.sh')}:\n{script}", log
-    batch.check_script(script, "the driver job")  # its partition, time and memory, before anything is written
+    batch.check_script(script, "the driver job", driver=True)  # its partition, time and memory, before anything is written
     log_dir.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".sh").write_text(script)
     stem.with_suffix(".sh").chmod(0o755)

@@ -66,12 +66,14 @@ class Scheduler:
     def walltime_seconds(self, walltime: object) -> float:
         """A walltime in seconds: [D-]HH:MM:SS, MM:SS or minutes; inf if unknown."""
         text = str(walltime).strip()
-        days, _, text = text.rpartition("-") if "-" in text else ("0", "", text)
+        days, _, text = text.rpartition("-") if "-" in text else ("", "", text)
         try:
             parts = [float(v) for v in text.split(":")]
             extra = float(days or 0) * 86400
         except ValueError:
             return float("inf")
+        if days and len(parts) < 3:  # D-HH, D-HH:MM
+            return extra + parts[0] * 3600 + (parts[1] * 60 if len(parts) == 2 else 0)
         if len(parts) == 1:
             return extra + parts[0] * 60
         if len(parts) == 2:
@@ -101,7 +103,7 @@ class Scheduler:
         """A step's resources (cores, memory, walltime, processes) as this cluster's keywords."""
         return {k: v for k, v in resources.items() if k in self.parameters}
 
-    def check_script(self, script: str, what: str = "the worker jobs") -> None:
+    def check_script(self, script: str, what: str = "the worker jobs", driver: bool = False) -> None:
         """Ask the scheduler whether it would run this job script (where it can tell without
         running it) and would ever start it (``queue_problems``); raise ConfigError (a setting the
         cluster rejects: exit 2) with its own words if not."""
@@ -126,9 +128,15 @@ class Scheduler:
         priority) or one the scheduler does not give."""
         return None
 
-    def queue_problems(self, script: str) -> list[str]:
-        """The worker job script against the queue's limits (run time, memory, cores, accounts),
-        where the scheduler's own check would let it through and the job would wait forever."""
+    def pending_unsure(self, reason: str) -> bool:
+        """A pending job's reason that clears only when nodes come back (down, drained, reserved):
+        the run waits for it at most ``worker_start_timeout`` with no worker at all."""
+        return False
+
+    def queue_problems(self, script: str, driver: bool = False) -> list[str]:
+        """A job script against the queue's limits (run time, memory, cores, accounts), where the
+        scheduler's own check would let it through and the job would wait forever; ``driver``:
+        the driver's own job (its settings are submit's options)."""
         return []
 
     def ended_jobs(self, job_names: set[str], since: float = 0.0) -> list[str]:

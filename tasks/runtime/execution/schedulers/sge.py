@@ -37,7 +37,7 @@ class SGE(Scheduler):
     settings_help = ("sge: SGECluster settings (queue, project, resource_spec, cores, memory, walltime, ...), over "
                      "dask-jobqueue's jobqueue.sge config")
 
-    def check_script(self, script: str, what: str = "the worker jobs") -> None:
+    def check_script(self, script: str, what: str = "the worker jobs", driver: bool = False) -> None:
         """``qsub -w v``: Grid Engine checks the job against every queue without submitting it."""
         try:
             run_sge(["qsub", "-w", "v"], input=script)

@@ -55,6 +55,10 @@ def job_state(job_id: str) -> tuple[str, str]:
         return "UNKNOWN", ""
 
 
+# sbatch's words when slurmctld does not answer (a failover, the network): not the script's fault
+UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+                         r"Zero Bytes were transmitted", re.IGNORECASE)
+
 # why SLURM ended a job, in words a user can act on
 END_REASONS = {
     "OUT_OF_MEMORY": "ran out of memory: raise executor.slurm.memory (or a step's resources.memory)",
@@ -141,7 +145,6 @@ def job_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
 NEVER_CLEARS = {
     "PartitionTimeLimit": "executor.slurm.walltime is over the partition's MaxTime: lower it or choose another "
                           "partition (executor.slurm.queue)",
-    "PartitionNodeLimit": "the job asks more nodes than the partition allows: check executor.slurm.queue",
     "PartitionConfig": "the partition cannot run this job (memory, cores or its state): check executor.slurm.queue, "
                        "memory and cores",
     "QOSMaxWallDurationPerJobLimit": "executor.slurm.walltime is over the QOS's limit: lower it or choose another QOS",
@@ -157,9 +160,10 @@ NEVER_CLEARS = {
     "QOSNotAllowed": "the QOS may not use this partition",
     "DependencyNeverSatisfied": "a dependency in executor.slurm.job_extra_directives can never be met",
     "BadConstraints": "the node constraints (job_extra_directives --constraint) match no node",
-    "ReqNodeNotAvail": "the nodes the job may run on are not available (down, drained or missing): check "
-                       "job_extra_directives (--nodelist, --constraint) or ask the cluster's admins",
 }
+# Reasons that clear only when nodes come back (down, drained, reserved for maintenance): waited for,
+# shown, and the run ends only after worker_start_timeout without any worker (pool_keeper.py)
+NODES_AWAY = ("ReqNodeNotAvail", "PartitionNodeLimit", "PartitionDown", "NodeDown", "Reservation")
 
 
 def _minutes(value: str) -> float:
@@ -191,7 +195,18 @@ def script_directives(script: str) -> dict[str, str]:
     return found
 
 
-def partition_problems(directives: dict[str, str], partitions: list[dict[str, str]]) -> list[str]:
+# what a user changes for each directive: in the workflow for worker jobs, on submit's command line
+# for the driver's own job
+WORKER_SETTINGS = {"time": "executor.slurm.walltime", "mem": "executor.slurm.memory", "cpus": "executor.slurm.cores",
+                   "account": "executor.slurm.account", "partition": "executor.slurm.queue",
+                   "qos": "executor.slurm.job_extra_directives"}
+DRIVER_SETTINGS = {"time": "--time", "mem": "--mem", "cpus": "--directive=--cpus-per-task",
+                   "account": "--directive=--account", "partition": "--directive=--partition",
+                   "qos": "--directive=--qos"}
+
+
+def partition_problems(directives: dict[str, str], partitions: list[dict[str, str]],
+                       names: dict[str, str] = WORKER_SETTINGS) -> list[str]:
     """What SLURM would queue but never start: run time, memory, cores over the partition's limits,
     an account or QOS it does not allow (partition limits are not enforced at submission unless
     EnforcePartLimits says so, and ``sbatch --test-only`` passes them)."""
@@ -203,27 +218,27 @@ def partition_problems(directives: dict[str, str], partitions: list[dict[str, st
     pname = part.get("PartitionName", "?")
     asked_time = directives.get("time", "")
     if asked_time and _minutes(asked_time) > _minutes(part.get("MaxTime", "UNLIMITED")):
-        problems.append(f"executor.slurm.walltime: {asked_time} is over partition {pname}'s MaxTime "
-                        f"{part.get('MaxTime')}; lower it or choose another partition (executor.slurm.queue)")
+        problems.append(f"{names['time']}: {asked_time} is over partition {pname}'s MaxTime "
+                        f"{part.get('MaxTime')}; lower it or choose another partition ({names['partition']})")
     asked_mem = directives.get("mem", "")
     if asked_mem and _megabytes(asked_mem) > _megabytes(part.get("MaxMemPerNode", "UNLIMITED")):
-        problems.append(f"executor.slurm.memory: {asked_mem} is over partition {pname}'s MaxMemPerNode "
+        problems.append(f"{names['mem']}: {asked_mem} is over partition {pname}'s MaxMemPerNode "
                         f"{part.get('MaxMemPerNode')}M; lower it or choose another partition")
     cpus = int(directives.get("cpus-per-task") or 1) * int(directives.get("ntasks") or 1)
     max_cpus = part.get("MaxCPUsPerNode", "UNLIMITED")
     if max_cpus.isdigit() and cpus > int(max_cpus):
-        problems.append(f"executor.slurm.cores: {cpus} CPUs are over partition {pname}'s MaxCPUsPerNode {max_cpus}; "
+        problems.append(f"{names['cpus']}: {cpus} CPUs are over partition {pname}'s MaxCPUsPerNode {max_cpus}; "
                         "lower it or choose another partition")
     account = directives.get("account", "")
     allowed = part.get("AllowAccounts", "ALL")
     denied = part.get("DenyAccounts", "")
     if account and ((allowed != "ALL" and account not in allowed.split(",")) or account in denied.split(",")):
-        problems.append(f"executor.slurm.account: partition {pname} does not allow account {account} "
+        problems.append(f"{names['account']}: partition {pname} does not allow account {account} "
                         f"(AllowAccounts={allowed}); choose another account or partition")
     qos = directives.get("qos", "")
     allowed_qos = part.get("AllowQos", "ALL")
     if qos and allowed_qos != "ALL" and qos not in allowed_qos.split(","):
-        problems.append(f"executor.slurm: partition {pname} does not allow QOS {qos} (AllowQos={allowed_qos})")
+        problems.append(f"{names['qos']}: partition {pname} does not allow QOS {qos} (AllowQos={allowed_qos})")
     return problems
 
 
@@ -245,31 +260,37 @@ class SLURM(Scheduler):
         megabytes = env.get("SLURM_MEM_PER_NODE", "")
         return int(megabytes) * 2**20 if megabytes.strip().isdigit() and int(megabytes) else None
 
-    def check_script(self, script: str, what: str = "the worker jobs") -> None:
+    def check_script(self, script: str, what: str = "the worker jobs", driver: bool = False) -> None:
         """``sbatch --test-only``: SLURM judges partition, memory, time and account at once and says
         what is wrong, instead of the run waiting for workers that never come."""
-        problems = self.queue_problems(script)
+        problems = self.queue_problems(script, driver)
         if problems:
             raise ConfigError(f"SLURM would never start {what}: {problems[0]}", problems)
         try:
             run_slurm(["sbatch", "--test-only"], input=script)
         except SchedulerCommandError as err:
             detail = "; ".join(line.strip() for line in str(err).split(": ", 1)[-1].splitlines() if line.strip())
-            raise ConfigError(f"SLURM rejects {what}: {detail} (check executor.slurm: queue, memory, "
-                              "walltime, account)") from None
+            if UNREACHABLE.search(detail) or "not found: is SLURM installed" in str(err):
+                raise  # the cluster did not answer (exit 1): not a setting to change
+            where = ("--time, --mem and --directive" if driver
+                     else "executor.slurm: queue, memory, walltime, account")
+            raise ConfigError(f"SLURM rejects {what}: {detail} (check {where})") from None
 
-    def queue_problems(self, script: str) -> list[str]:
+    def queue_problems(self, script: str, driver: bool = False) -> list[str]:
         try:
             partitions = parse_scontrol_jobs_like(run_slurm(["scontrol", "show", "partition", "-o"]), "PartitionName=")
         except SchedulerCommandError:
             return []  # sbatch --test-only still judges the script
-        return partition_problems(script_directives(script), partitions)
+        return partition_problems(script_directives(script), partitions, DRIVER_SETTINGS if driver else WORKER_SETTINGS)
 
     def job_states(self, job_ids: list[str]) -> dict[str, tuple[str, str]]:
         return job_states(job_ids)
 
     def pending_problem(self, reason: str) -> str | None:
         return NEVER_CLEARS.get(reason.split(",")[0].strip())
+
+    def pending_unsure(self, reason: str) -> bool:
+        return reason.split(",")[0].strip() in NODES_AWAY
 
     def job_state(self, job_id: str) -> tuple[str, str]:
         return job_state(job_id)
@@ -282,7 +303,7 @@ class SLURM(Scheduler):
     def inherited_directives(self, settings: Mapping[str, Any], given: list[str]) -> list[str]:
         out = []
         for key, option, short in (("queue", "--partition", "-p"), ("account", "--account", "-A")):
-            named = any(d.startswith((option, f"{short} ", f"{short}=")) or d == short for d in given)
+            named = any(d.startswith((option, short)) for d in given)
             if settings.get(key) and not named:
                 out.append(f"{option}={settings[key]}")
         return out
