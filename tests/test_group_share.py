@@ -188,3 +188,40 @@ def test_logs_are_the_users_own(share):
                    f"output={out}", "--set", "channel_names=[a,b,c,d,e,f,g]")
     for log in share.rglob("errors.log"):
         assert log.stat().st_mode & 0o077 == 0, log
+
+
+def test_an_output_reached_through_the_users_own_link_is_written_through_its_real_folder(tmp_path):
+    """The handle is of the root's real folder: a link of the user's own on the way (a /scratch
+    link, a folder the user links from home) is followed as before."""
+    raw = tmp_path / "raw"
+    assert zarrmill("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}", "--set", "wells=[B03]",
+                    "--set", "grid=[1,2]", "--set", "shape=[64,64]", umask=0o022).returncode == 0
+    (tmp_path / "scratch" / "p.zarr").mkdir(parents=True)  # an empty folder the user made and linked
+    (tmp_path / "mine.zarr").symlink_to(tmp_path / "scratch" / "p.zarr")
+    run = zarrmill("task", "ingest", "--executor", "sync", "--set", f"input={raw}", "--set",
+                   f"output={tmp_path / 'mine.zarr'}", umask=0o022)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "scratch" / "p.zarr" / "zarr.json").is_file()
+    assert zarrmill("check", tmp_path / "mine.zarr").returncode == 0
+
+
+def test_a_worker_writes_only_into_the_store_that_carries_the_runs_owner_id(tmp_path):
+    """Workers on other nodes cannot compare device numbers: the store is the run's by the owner id
+    it carries (its claim), which the driver hands them. A real folder put at the store's name
+    (a colleague's copy) is refused in one line; the store the run claimed is written."""
+    import json as _json
+
+    from zarrmill.io.storage.atomic import atomic_write_bytes
+    from zarrmill.io.storage.handles import StoreChangedError, writing_into
+    from zarrmill.io.storage.paths import CLAIM_FILE
+
+    store = tmp_path / "plate.zarr"
+    store.mkdir()
+    (store / CLAIM_FILE).write_text(_json.dumps({"id": "run-a"}))
+    with writing_into(store, carries="run-a"):
+        atomic_write_bytes(store / "A" / "zarr.json", b"{}")
+    assert (store / "A" / "zarr.json").read_bytes() == b"{}"
+    (store / CLAIM_FILE).write_text(_json.dumps({"id": "someone-else"}))
+    with writing_into(store, carries="run-a"), pytest.raises(StoreChangedError, match="changed during the run"):
+        atomic_write_bytes(store / "B" / "zarr.json", b"{}")
+    assert not (store / "B").exists()
