@@ -78,8 +78,13 @@ def run_for_each(wf: Workflow, overwrite: bool = False, dry_run: bool = False) -
                 ThreadPoolExecutor(fe.max_concurrent) as pool:
             jobs = [pool.submit(_convert, wf, executor, history, ds, fp, nbytes, wf_hash, overwrite, outcome)
                     for ds, fp, nbytes, wf_hash in todo]
-            for job in jobs:
-                job.result()
+            try:
+                for job in jobs:
+                    job.result()
+            except BaseException:  # Ctrl-C, SIGTERM: the worker jobs go first, so the datasets'
+                executor.close()  # threads stop at once instead of the pool waiting for them to finish
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     print(f"{wf.name}: {outcome.summary()}", flush=True)
     if outcome.failed:
         raise StepFailedError(f"{len(outcome.failed)} datasets failed: {', '.join(outcome.failed)}; "
