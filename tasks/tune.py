@@ -10,6 +10,7 @@ another (each its own stage) so measurements never compete for the CPU."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,7 @@ from pydantic import Field, PrivateAttr
 from .io.training.b2layout import nnunet_layout, patch_layout
 from .io.training.b2store import cparams, write_b2nd
 from .io.training.codec_trial import Policy
+from .io.storage.atomic import atomic_write_bytes
 from .io.storage.guard import OutputGuard
 from .io.training.patch_bench import patch_throughput
 from .io.storage.location import on_disk
@@ -166,7 +168,7 @@ def _own_row(p: Params, unit: Unit) -> int:
            "clevel": clevel, "filter": names[-1] if names else "nofilter", "chunks": chunks, "blocks": blocks,
            "ratio": round(raw / comp, 3), "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1),
            "reader": "nnunet", "sample_mb": round(raw / 1e6, 6)}
-    (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
+    atomic_write_bytes(Path(p.output) / "samples" / f"{unit['id']}.yaml", yaml.safe_dump(row).encode())
     return raw
 
 
@@ -176,13 +178,14 @@ def run_unit(p: Params, unit: Unit) -> int:
     out = Path(p.output) / "samples" / unit["id"]
     guard = OutputGuard(p.output)  # the sample folder goes through the guard: never through a swapped-in link
     guard.remove(out)
-    out.mkdir(parents=True)
     paths, raw, comp = [], 0, 0
     for src in sorted((Path(p.output) / "samples" / "source").glob("*.npy")):
         name, data = src.stem, np.load(src)
         if unit["kind"] == "npy":
             path = out / f"{name}.npy"
-            np.save(path, data)
+            buffer = io.BytesIO()
+            np.save(buffer, data)
+            atomic_write_bytes(path, buffer.getvalue(), durable=False)  # below the output's handle (handles.py)
             size = path.stat().st_size
         else:
             path = out / f"{name}.b2nd"
@@ -199,7 +202,7 @@ def run_unit(p: Params, unit: Unit) -> int:
     row.update({"chunks": unit.get("chunks", ""), "blocks": unit.get("blocks", ""), "ratio": round(raw / comp, 3),
                 "patches_per_s": round(rate, 1), "mb_per_s": round(mbs, 1), "reader": _reader(p),
                 "sample_mb": round(raw / 1e6, 6)})
-    (Path(p.output) / "samples" / f"{unit['id']}.yaml").write_text(yaml.safe_dump(row))
+    atomic_write_bytes(Path(p.output) / "samples" / f"{unit['id']}.yaml", yaml.safe_dump(row).encode())
     guard.remove(out)
     return raw
 
@@ -215,10 +218,11 @@ def finish(p: Params, ctx: PlanContext) -> None:
         r["vs_npy"] = round(r["patches_per_s"] / max(npy["patches_per_s"], 1e-9), 3)
         r["vs_nnunet_files"] = round(r["patches_per_s"] / max(own["patches_per_s"], 1e-9), 3) if own else ""
     front = pareto([r for r in rows if r is not own])
-    with open(out / "tune.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["pareto"])
-        writer.writeheader()
-        writer.writerows({**r, "pareto": r["id"] in front} for r in rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]) + ["pareto"])
+    writer.writeheader()
+    writer.writerows({**r, "pareto": r["id"] in front} for r in rows)
+    atomic_write_bytes(out / "tune.csv", table.getvalue().encode())
     best = _recommend(rows, front, p.policy)
     rec = {"patch": _patch(p), "layout": "zarrmill", "codec": best["codec"], "clevel": best["clevel"],
            "filter": best["filter"]}
@@ -226,7 +230,7 @@ def finish(p: Params, ctx: PlanContext) -> None:
         rec.update({"layout": best["layout"] if best["layout"] in ("nnunet", "blosc2") else "zarrmill"})
         if best["layout"].startswith("zarrmill-"):
             rec.update({"chunks": best["chunks"], "blocks": best["blocks"]})
-    (out / "recommended.yaml").write_text(yaml.safe_dump(rec, sort_keys=False))
+    atomic_write_bytes(out / "recommended.yaml", yaml.safe_dump(rec, sort_keys=False).encode())
     _print_table(npy, rows, front, best)
     _plot(out / "tune.png", npy, rows, front, best)
 
@@ -277,5 +281,7 @@ def _plot(path: Path, npy: dict, rows: list[dict], front: set[str], best: dict) 
     ax.set_ylabel("compression ratio")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
+    atomic_write_bytes(path, image.getvalue())
     plt.close(fig)

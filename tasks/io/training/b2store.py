@@ -67,6 +67,7 @@ def _write_b2nd_file(path: Path, shape: Sequence[int], dtype: np.dtype,
         finally:
             remove_entry(folder, tmp.name, tree=False)  # gone already after the rename
             os.close(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         cbytes = _fill(str(tmp), path, shape, dtype, read, chunks, blocks, params, meta)
         replace_file(tmp, path)
