@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,9 @@ def share(colleague):
         thesis = base / "thesis"
         thesis.mkdir(mode=0o700)
         (thesis / "chapter1.tex").write_text("the runner's own")
-        shutil.copy(HERE / "colleague_swap.py", base / "colleague_swap.py")
-        (base / "colleague_swap.py").chmod(0o644)
+        for script in ("colleague_swap.py", "colleague_plant.py"):
+            shutil.copy(HERE / script, base / script)
+            (base / script).chmod(0o644)
         raw = base / "raw"
         code = zarrmill("task", "generate-plate", "--executor", "sync", "--set", f"output={raw}",
                         "--set", "wells=[B03,C04,D05]", "--set", "grid=[3,3]", "--set", "shape=[256,256]",
@@ -176,6 +178,41 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     moved = [a.replace(str(out), str(undisturbed_out)) for a in args]
     assert zarrmill(*moved[:2], "--executor", "sync", *moved[2:]).returncode == 0
     assert tree_digest(out) == tree_digest(undisturbed_out)
+
+
+@pytest.mark.parametrize("instant", [0.6, 1.2, 2.0])
+def test_a_run_killed_at_any_instant_then_planted_reruns_safely(share, instant):
+    """SIGKILL at an instant of the run, then the colleague puts a link to the runner's private
+    folder at the store's name (the store moved aside, or a link where none was yet) and drops a
+    file beside it. The rerun writes nothing outside, touches none of the colleague's things and
+    refuses in one line; once the change is undone, the rerun completes with the undisturbed bytes."""
+    ref = share / "ref.zarr"
+    assert ingest(share, ref).returncode == 0
+    out = share / "lab" / "plate2.zarr"
+    proc = subprocess.Popen([sys.executable, "-m", "zarrmill", "task", "ingest", "--executor", "sync", "--set",
+                             f"input={share / 'raw'}", "--set", f"output={out}"], preexec_fn=lambda: os.umask(0o002),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(instant)
+    proc.kill()
+    proc.wait()
+    plant = subprocess.run(["setpriv", f"--reuid={USER}", f"--regid={GROUP}", "--init-groups", SYSTEM_PYTHON,
+                            str(share / "colleague_plant.py"), str(out), str(share / "thesis"), str(share / "lab")],
+                           cwd=share, capture_output=True, text=True, check=True)
+    report = json.loads(plant.stdout)
+    before, theirs = snapshot(share / "thesis"), (share / "lab" / "colleague-notes.txt").read_text()
+    rerun = ingest(share, out)
+    assert rerun.returncode == 2, rerun.stderr  # a link someone else made at the output: never written through
+    assert len([line for line in rerun.stderr.splitlines() if line.startswith("zarrmill: error:")]) == 1, rerun.stderr
+    assert "Traceback" not in rerun.stderr
+    assert snapshot(share / "thesis") == before and out.is_symlink()
+    assert (share / "lab" / "colleague-notes.txt").read_text() == theirs
+    out.unlink()  # the colleague's change undone
+    if report["planted"] == "exchanged":
+        os.rename(report["moved"], out)
+    rerun = ingest(share, out)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_digest(out) == tree_digest(ref)
+    assert snapshot(share / "thesis") == before
 
 
 def test_logs_are_the_users_own(share):
