@@ -101,7 +101,7 @@ def ingest(base: Path, out: Path) -> subprocess.CompletedProcess:
     return zarrmill("task", "ingest", "--executor", "sync", "--set", f"input={base / 'raw'}", "--set", f"output={out}")
 
 
-def test_the_colleague_cannot_swap_a_folder_inside_the_store(share):
+def test_the_colleague_cannot_swap_a_folder_inside_the_store(share, protected_symlinks):
     ref = share / "ref.zarr"
     assert ingest(share, ref).returncode == 0
     out = share / "lab" / "plate2.zarr"
@@ -141,6 +141,28 @@ def prepare(base: Path, task: str) -> list[str]:
     return ["task", "patch-extract", "--set", f"input={volume}", "--set", f"output={out}", "--set",
             f"points={base / 'points.npy'}", "--set", "cuboid=[8,16,16]", "--set", "network_voxel_size=[2,1,1]",
             "--set", "patches_per_unit=64"]
+
+
+PROTECTED_SYMLINKS = Path("/proc/sys/fs/protected_symlinks")
+
+
+@pytest.fixture(params=["as it is", "0", "1"])
+def protected_symlinks(request):
+    """The kernel's fs.protected_symlinks (links in sticky world-writable folders followed only for
+    their owner) as this machine has it, then off and on: zarrmill's writes must not depend on it.
+    Restored after each case."""
+    if request.param == "as it is":
+        yield
+        return
+    try:
+        before = PROTECTED_SYMLINKS.read_text().strip()
+        PROTECTED_SYMLINKS.write_text(request.param)
+    except OSError:
+        pytest.skip("fs.protected_symlinks cannot be set here")
+    try:
+        yield
+    finally:
+        PROTECTED_SYMLINKS.write_text(before)
 
 
 @pytest.mark.parametrize("task", ["ingest", "pyramid", "reshard", "compress", "patch-extract"])
