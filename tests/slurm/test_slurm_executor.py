@@ -263,6 +263,9 @@ def test_the_users_jobqueue_config_wins(slurm, tmp_path, monkeypatch):
         from dask_jobqueue import SLURMCluster
 
         kw["scheduler_options"]["dashboard_address"] = "127.0.0.1:0"
+        from zarrmill.runtime.execution.run_credentials import write_run_credentials
+
+        kw["security"] = write_run_credentials(tmp_path / "run", [])  # as start_pool does
         with SLURMCluster(**kw) as cluster:
             script = cluster.job_script()
     assert "/opt/site/python3 -m distributed.cli.dask_worker" in script

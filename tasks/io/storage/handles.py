@@ -119,8 +119,11 @@ def writing_into(root: str | os.PathLike[str], identity: tuple[int, int] | None 
                     os.close(store.fd)
 
 
-def claimed(root: str | os.PathLike[str], owner_id: str | None) -> None:
-    """The run claimed ``root`` (its owner id is what the store carries from now on)."""
+def claimed(root: object, owner_id: str | None) -> None:
+    """The run claimed ``root`` (its owner id is what the store carries from now on); nothing for
+    a store no run of this process writes below a handle (a bucket's)."""
+    if not isinstance(root, (str, os.PathLike)) or "://" in str(root):
+        return
     with _ROOTS_LOCK:
         store = _ROOTS.get(os.path.abspath(root))
         if store is not None and owner_id is not None:
@@ -141,7 +144,7 @@ def writable_url(path: str | os.PathLike[str]) -> str:
 
     found = root_for(path) if by_handle() else None
     if found is None:
-        return zarr_url(path)  # type: ignore[arg-type]
+        return zarr_url(path)  # type: ignore[arg-type]  # a bucket's node, or a store no run writes
     key, store = found
     with _ROOTS_LOCK:
         if store.fd is None:
@@ -166,8 +169,11 @@ def writing_below(root: object, identity: tuple[int, int] | None = None, real: o
     return writing_into(local, identity, real, carries)  # type: ignore[arg-type]
 
 
-def root_for(path: str | os.PathLike[str]) -> tuple[str, _Store] | None:
-    """The registered store holding ``path`` (the innermost): its root as the run names it."""
+def root_for(path: object) -> tuple[str, _Store] | None:
+    """The registered store holding ``path`` (the innermost): its root as the run names it; None
+    for a path no store being written holds (a bucket's key included)."""
+    if not isinstance(path, (str, os.PathLike)) or "://" in str(path):
+        return None
     text = os.path.abspath(path)
     with _ROOTS_LOCK:
         found = [(root, store) for root, store in _ROOTS.items() if text == root or text.startswith(root + os.sep)]

@@ -38,7 +38,10 @@ class SGE(Scheduler):
                      "dask-jobqueue's jobqueue.sge config")
 
     def check_script(self, script: str, what: str = "the worker jobs", driver: bool = False) -> None:
-        """``qsub -w v``: Grid Engine checks the job against every queue without submitting it."""
+        """``qsub -w v``: Grid Engine checks the job against every queue without submitting it. Not
+        the driver's job: it asks ``mem_free``, a load value an empty-cluster check cannot judge."""
+        if driver:
+            return
         try:
             run_sge(["qsub", "-w", "v"], input=script)
         except SchedulerCommandError as err:
