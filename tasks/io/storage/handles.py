@@ -55,15 +55,22 @@ class _Store:
         self.carries = carries  # the owner id the store must carry (a worker's check, by content)
         self.count = 0  # steps and units writing it now
         self.fd: int | None = None  # the root's handle, held for zarr-python's writes (writable_url)
+        self.checked: tuple[int, int] | None = None  # the root folder found carrying ``carries``
 
     def open_root(self) -> int:
         """A new handle of the root: never through a link at its name, only while it is the folder
         the guard judged (in the driver) and carries this run's owner id (in a worker)."""
         fd = guard_fs.open_judged(self.real, self.identity)
-        if self.carries is not None and self.carries not in carried_ids(fd):
+        if self.carries is None:
+            return fd
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == self.checked:
+            return fd  # the folder found carrying the id a moment ago, in this process
+        if self.carries not in carried_ids(fd):
             os.close(fd)
             raise UnsafeOutputError(f"{self.real}: is no longer the store this run writes (it does not carry its "
                                     "owner id)")
+        self.checked = (st.st_dev, st.st_ino)
         return fd
 
 
@@ -126,8 +133,8 @@ def claimed(root: object, owner_id: str | None) -> None:
         return
     with _ROOTS_LOCK:
         store = _ROOTS.get(os.path.abspath(root))
-        if store is not None and owner_id is not None:
-            store.carries = owner_id
+        if store is not None and owner_id is not None and store.carries != owner_id:
+            store.carries, store.checked = owner_id, None
 
 
 def _changed(where: object, err: BaseException) -> StoreChangedError:
