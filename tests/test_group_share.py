@@ -199,7 +199,11 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     undisturbed_out = undisturbed / "plate2.zarr"
     moved = [a.replace(str(out), str(undisturbed_out)) for a in args]
     assert zarrmill(*moved[:2], "--executor", "sync", *moved[2:]).returncode == 0
-    assert tree_digest(out) == tree_digest(undisturbed_out)
+    ours, theirs = tree_digest(out), tree_digest(undisturbed_out)
+    assert set(ours) == set(theirs)
+    for rel in (k for k in ours if ours[k] != theirs[k]):  # only a summary naming its own folder may differ
+        assert (out / rel).read_text().replace(str(out), "ROOT") == \
+            (undisturbed_out / rel).read_text().replace(str(undisturbed_out), "ROOT"), rel
 
 
 @pytest.mark.parametrize("instant", [0.6, 1.2, 2.0])
