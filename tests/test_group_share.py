@@ -201,6 +201,13 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     assert zarrmill(*moved[:2], "--executor", "sync", *moved[2:]).returncode == 0
     ours, theirs = tree_digest(out), tree_digest(undisturbed_out)
     assert set(ours) == set(theirs)
+    if task == "compress":  # a timed codec trial may choose differently in two runs: the pixels are equal
+        import blosc2
+        import numpy as np
+
+        for rel in (k for k in ours if k.endswith(".b2nd")):
+            assert np.array_equal(blosc2.open(str(out / rel))[:], blosc2.open(str(undisturbed_out / rel))[:]), rel
+        return
     for rel in (k for k in ours if ours[k] != theirs[k]):  # only a summary naming its own folder may differ
         assert (out / rel).read_text().replace(str(out), "ROOT") == \
             (undisturbed_out / rel).read_text().replace(str(undisturbed_out), "ROOT"), rel
