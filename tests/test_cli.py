@@ -172,3 +172,18 @@ def test_an_unexpected_error_is_one_line_and_its_traceback_is_kept(cli, tmp_path
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     log = Path(err.split("traceback: ")[1].split(";")[0])
     assert log.is_file() and log.is_relative_to(runs_dir) and "KeyError: 'boom'" in log.read_text()
+
+
+def test_a_chunk_a_unit_cannot_decode_is_one_line_naming_the_array(cli, tmp_path):
+    """A damaged chunk file in an input: the failure names the array it belongs to and what to do,
+    not only the codec's "error during blosc decompression"."""
+    src = tmp_path / "img.zarr"
+    assert cli("task", "generate", "--executor", "sync", "--set", f"output={src}", "--set", "shape=[2,16,64,64]",
+               "--set", "axes=czyx", "--set", "chunks=[1,8,32,32]")[0] == 0
+    chunk = next(p for p in sorted((src / "0").rglob("*")) if p.is_file() and "c" in p.relative_to(src / "0").parts)
+    chunk.write_bytes(b"not a blosc frame at all")
+    code, _, err = cli("task", "rechunk", "--executor", "sync", "--set", f"input={src}", "--set",
+                       f"output={tmp_path / 'out.zarr'}", "--set", "chunks=[1,4,16,16]")
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err
+    assert "img.zarr/0: a chunk of this array cannot be decoded" in line and "damaged" in line, line

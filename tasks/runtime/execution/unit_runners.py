@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from ...errors import UnitError, ZarrmillError
+from ...io.storage.damaged import damaged_line
 from ...io.storage.handles import writing_below
 from ...io.storage.permissions import keep_writes_private
 from ...io.storage.secrets import redact
@@ -43,9 +44,8 @@ def execute_unit(task_name: str, params_json: str, unit: Unit, store_id: str | N
             return run_unit_of(task.run_unit, params, unit)
     except Exception as err:  # noqa: BLE001 - re-raised as a one-line description
         where = describe(task.describe_unit, unit)
-        raise UnitError(redact(
-            f"task {task_name}, unit {unit_id(unit)} ({where}): {type(err).__name__}: {err}"
-        )) from err
+        said = damaged_line(err) or f"{type(err).__name__}: {err}"  # a chunk it cannot decode: which store
+        raise UnitError(redact(f"task {task_name}, unit {unit_id(unit)} ({where}): {said}")) from err
 
 
 def execute_with_retries(task_name: str, params_json: str, unit: Unit, retries: int,
