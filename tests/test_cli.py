@@ -187,3 +187,10 @@ def test_a_chunk_a_unit_cannot_decode_is_one_line_naming_the_array(cli, tmp_path
     line = err.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in err
     assert "img.zarr/0: a chunk of this array cannot be decoded" in line and "damaged" in line, line
+
+
+def test_a_value_with_a_newline_is_echoed_escaped_in_the_one_line(cli, tmp_path):
+    code, _, err = cli("check", tmp_path / "no\nthere.zarr")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "no\\nthere.zarr: does not exist" in lines[0], lines

@@ -233,7 +233,7 @@ def _main(argv: list[str]) -> int:
             raise
         lines = getattr(err, "problems", None) if args.command == "validate" else None
         for line in lines or [str(err)]:  # validate lists every problem; the rest say one line
-            print(f"zarrmill: error: {line}", file=sys.stderr)
+            print(f"zarrmill: error: {one_line(line)}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:
         _quiet_closed_stdout()
@@ -251,6 +251,15 @@ def _main(argv: list[str]) -> int:
         return 1
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (errors.Terminated): never a success
         return interrupted(err)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """An error line as one line: a newline or other control character a user's value brought in
+    (a path, a --set value) is shown escaped (``\\n``), never as a break."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def interrupted(err: BaseException) -> int:
