@@ -123,6 +123,8 @@ def prepare(base: Path, task: str) -> list[str]:
     raw = f"input={base / 'raw'}"
     if task == "ingest":
         return ["task", "ingest", "--set", raw, "--set", f"output={out}"]
+    if task == "follow":  # a finished acquisition, followed: converted well by well, then done
+        return ["follow", "--set", raw, "--set", f"output={out}", "--poll", "0.2", "--settle", "0.2", "--quiet", "2"]
     if task == "pyramid":  # level 0 only first, then its levels written in place
         assert zarrmill("task", "ingest", "--executor", "sync", "--set", raw, "--set", f"output={out}",
                         "--set", "min_size=4096").returncode == 0
@@ -165,7 +167,7 @@ def protected_symlinks(request):
         PROTECTED_SYMLINKS.write_text(before)
 
 
-@pytest.mark.parametrize("task", ["ingest", "pyramid", "reshard", "compress", "patch-extract"])
+@pytest.mark.parametrize("task", ["ingest", "follow", "pyramid", "reshard", "compress", "patch-extract"])
 def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun_completes(share, task):
     """The store's own name is in the share: the colleague exchanges it for a link to the runner's
     private folder once chunks are being written. Every write below the store goes through a
@@ -178,7 +180,7 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     shutil.copytree(share / "lab", undisturbed, symlinks=True)
     before = snapshot(share / "thesis")
     watcher = play_colleague(share, out, f"{out}::{2 if task == 'compress' else 12}")  # compress: few files
-    run = zarrmill(*args[:2], "--executor", "sync", *args[2:])
+    run = zarrmill(*args, "--executor", "sync")
     report = report_of(share, watcher)
     assert report["swapped"], report
     assert snapshot(share / "thesis") == before, "nothing lands in the runner's private folder"
@@ -192,13 +194,13 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
     os.rename(out, link)
     os.rename(share / "lab" / "moved-away", out)
     link.unlink()
-    rerun = zarrmill(*args[:2], "--executor", "sync", *args[2:])
+    rerun = zarrmill(*args, "--executor", "sync")
     assert rerun.returncode == 0, rerun.stderr
     assert snapshot(share / "thesis") == before
     # the same bytes as the same run where nobody swapped anything
     undisturbed_out = undisturbed / "plate2.zarr"
     moved = [a.replace(str(out), str(undisturbed_out)) for a in args]
-    assert zarrmill(*moved[:2], "--executor", "sync", *moved[2:]).returncode == 0
+    assert zarrmill(*moved, "--executor", "sync").returncode == 0
     ours, theirs = tree_digest(out), tree_digest(undisturbed_out)
     assert set(ours) == set(theirs)
     if task == "compress":  # a timed codec trial may choose differently in two runs: the pixels are equal
