@@ -122,10 +122,11 @@ def plan(p: Params, ctx: PlanContext) -> list[Unit]:
     samples = _samples(p)  # read (and validated) before anything is written; every unit loads these crops
     if (out / "samples").exists():  # an earlier run's, in an output zarrmill created
         (ctx.guard or OutputGuard(out)).remove(out / "samples")
-    (out / "samples" / "source").mkdir(parents=True)
     patch = _patch(p)
     for name, data in samples:
-        np.save(out / "samples" / "source" / f"{name}.npy", data)
+        buffer = io.BytesIO()
+        np.save(buffer, data)  # written below the output's handle, its folders made as it is (handles.py)
+        atomic_write_bytes(out / "samples" / "source" / f"{name}.npy", buffer.getvalue(), durable=False)
         if any(pp > s for pp, s in zip(patch, data.shape[-len(patch):])) and not _nnunet_data(p):
             from .errors import InputError
 

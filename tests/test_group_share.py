@@ -293,6 +293,8 @@ def test_a_worker_writes_only_into_the_store_that_carries_the_runs_owner_id(tmp_
     with writing_into(store, carries="run-a"):
         atomic_write_bytes(store / "A" / "zarr.json", b"{}")
     assert (store / "A" / "zarr.json").read_bytes() == b"{}"
+    store.rename(tmp_path / "moved-away")  # another real folder put at the store's name
+    store.mkdir()
     (store / CLAIM_FILE).write_text(_json.dumps({"id": "someone-else"}))
     with writing_into(store, carries="run-a"), pytest.raises(StoreChangedError, match="changed during the run"):
         atomic_write_bytes(store / "B" / "zarr.json", b"{}")

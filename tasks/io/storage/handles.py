@@ -55,7 +55,6 @@ class _Store:
         self.carries = carries  # the owner id the store must carry (a worker's check, by content)
         self.count = 0  # steps and units writing it now
         self.fd: int | None = None  # the root's handle, held for zarr-python's writes (writable_url)
-        self.checked: tuple[int, int] | None = None  # the root folder found carrying ``carries``
 
     def open_root(self) -> int:
         """A new handle of the root: never through a link at its name, only while it is the folder
@@ -64,17 +63,20 @@ class _Store:
         if self.carries is None:
             return fd
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) == self.checked:
-            return fd  # the folder found carrying the id a moment ago, in this process
+        seen = (self.real, self.carries)
+        if _CHECKED.get(seen) == (st.st_dev, st.st_ino):
+            return fd  # the folder found carrying the id before, in this process (units come and go)
         if self.carries not in carried_ids(fd):
             os.close(fd)
             raise UnsafeOutputError(f"{self.real}: is no longer the store this run writes (it does not carry its "
                                     "owner id)")
-        self.checked = (st.st_dev, st.st_ino)
+        _CHECKED[seen] = (st.st_dev, st.st_ino)
         return fd
 
 
 _ROOTS: dict[str, _Store] = {}  # absolute root path as the run names it -> the store
+# (real root, owner id) -> (device, inode) of the folder found carrying that id, in this process
+_CHECKED: dict[tuple[str, str | None], tuple[int, int]] = {}
 _ROOTS_LOCK = threading.Lock()
 
 
@@ -133,8 +135,8 @@ def claimed(root: object, owner_id: str | None) -> None:
         return
     with _ROOTS_LOCK:
         store = _ROOTS.get(os.path.abspath(root))
-        if store is not None and owner_id is not None and store.carries != owner_id:
-            store.carries, store.checked = owner_id, None
+        if store is not None and owner_id is not None:
+            store.carries = owner_id
 
 
 def _changed(where: object, err: BaseException) -> StoreChangedError:
@@ -146,20 +148,29 @@ def writable_url(path: str | os.PathLike[str]) -> str:
     """Where zarr-python is to open ``path`` to write it (a group's attributes, a small array):
     below a store being written, ``/proc/self/fd/N/<path in the store>`` through the root's
     handle, held while the store is written (a rename of the store, or a link put at its name,
-    redirects nothing; below the root nobody else may rename, permissions.py); else its URL."""
+    redirects nothing; below the root nobody else may rename, permissions.py); else its URL. The
+    URL is for use at once, inside that scope: the handle is closed when the store's last step or
+    unit ends."""
     from .location import zarr_url
 
     found = root_for(path) if by_handle() else None
     if found is None:
         return zarr_url(path)  # type: ignore[arg-type]  # a bucket's node, or a store no run writes
     key, store = found
-    with _ROOTS_LOCK:
-        if store.fd is None:
-            try:
-                store.fd = store.open_root()
-            except (UnsafeOutputError, NotADirectoryError) as err:
-                raise _changed(key, err) from None
-        fd = store.fd
+    if store.fd is None:
+        try:
+            opened = store.open_root()  # outside the lock: it may read the store's claim and provenance
+        except (UnsafeOutputError, NotADirectoryError) as err:
+            raise _changed(key, err) from None
+        with _ROOTS_LOCK:
+            if store.fd is None and _ROOTS.get(key) is store:
+                store.fd = opened
+                opened = -1
+        if opened != -1:
+            os.close(opened)  # another thread's handle was kept (or the store's scope ended)
+    fd = store.fd
+    if fd is None:
+        return zarr_url(path)  # type: ignore[arg-type]  # its scope ended meanwhile: no store is written
     rel = Path(os.path.abspath(path)).relative_to(key)
     return str(PROC_FD / str(fd) / rel) if rel.parts else str(PROC_FD / str(fd))
 

@@ -35,12 +35,25 @@ def keep_writes_private() -> int:
     with _LOCK:
         if _done:
             return -1
-        # reading the umask means setting it: once per process, and for that instant the
-        # strictest one (a file another thread makes then is the user's alone, never looser)
-        tightened = os.umask(0o077) | 0o022
+        current = _umask_of_process()
+        if current is None:  # reading it means setting it: for that instant the strictest one
+            current = os.umask(0o077)
+        tightened = current | 0o022
         os.umask(tightened)
         _done = True
         return tightened
+
+
+def _umask_of_process() -> int | None:
+    """The umask as Linux shows it (``Umask:`` of /proc/self/status), read without changing it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:

@@ -80,7 +80,8 @@ class PoolKeeper:
         self._last = now
         try:
             workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            processing = self.client.processing()
+            # the units each worker is executing now (``processing`` also lists those only queued there)
+            processing = self.client.call_stack()
         except Exception:  # noqa: BLE001 - the scheduler is closing (an interrupt): nothing to keep
             return
         connected = {str(w.get("name")) for w in workers.values()}
@@ -109,7 +110,9 @@ class PoolKeeper:
             ended.append((member, job_id, state or "ended"))
         if ended:
             self._replace(ended, connected)
-        self._no_worker_for_long(connected, states or {}, now)
+        if states is not None:  # a scheduler that did not answer says nothing about the wait
+            self._no_worker_for_long(connected, {j: st for m, j in jobs.items() if m in self.cluster.worker_spec
+                                                 for st in [states.get(j)] if st is not None}, now)
         if self.jobs is not None:
             # every look, not only after a loss: scaling to the size it has does nothing, and a
             # correction dask could not finish at once (a lost job still closing) is tried again
@@ -117,8 +120,8 @@ class PoolKeeper:
 
     def _note_running(self, jobs: dict[str, str], connected: set[str], workers: dict[str, Any],
                       processing: dict[str, Any]) -> None:
-        """Which units each member's workers run now (``Client.processing``); a member whose worker
-        is gone keeps what it ran at the last look (what its end interrupted)."""
+        """Which units each member's workers execute now (``Client.call_stack``); a member whose
+        worker is gone keeps what it ran at the last look (what its end interrupted)."""
         running: dict[str, set[str]] = {}
         for address, keys in processing.items():
             name = str(workers.get(address, {}).get("name"))

@@ -243,11 +243,11 @@ def _main(argv: list[str]) -> int:
             raise
         reason = _path_problem(err)
         if reason is not None:  # the file system said no (a path too long, a loop, a folder it cannot create)
-            print(f"zarrmill: error: {reason}", file=sys.stderr)
+            print(f"zarrmill: error: {one_line(reason)}", file=sys.stderr)
             return 2
         log = _save_traceback(err)
-        print(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: {log or 'rerun with --debug'}; "
-              "please report it)", file=sys.stderr)
+        print(one_line(f"zarrmill: error: unexpected {type(err).__name__}: {err} (traceback: "
+                       f"{log or 'rerun with --debug'}; please report it)"), file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (errors.Terminated): never a success
         return interrupted(err)
