@@ -23,6 +23,8 @@ import pytest
 from adversarial_world import snapshot
 from conftest import tree_digest
 
+# one worker runs them all (-n 2 --dist loadgroup): the colleague is one user, made and removed once
+pytestmark = pytest.mark.xdist_group("colleague")
 HERE = Path(__file__).parent
 USER, GROUP = "zmcolleague", "zmlab"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the colleague's: the clone's venv may sit in a folder only root enters
@@ -39,7 +41,7 @@ def colleague():
     try:
         grp.getgrnam(GROUP)
     except KeyError:
-        subprocess.run(["groupadd", GROUP], check=True)
+        subprocess.run(["groupadd", "-f", GROUP], check=True)
         made_group = True
     try:
         pwd.getpwnam(USER)
