@@ -217,7 +217,7 @@ def test_a_store_swapped_for_a_link_mid_run_writes_nothing_outside_and_the_rerun
             (undisturbed_out / rel).read_text().replace(str(undisturbed_out), "ROOT"), rel
 
 
-@pytest.mark.parametrize("instant", [0.6, 1.2, 2.0])
+@pytest.mark.parametrize("instant", [0.6, 1.0, 1.5])
 def test_a_run_killed_at_any_instant_then_planted_reruns_safely(share, instant):
     """SIGKILL at an instant of the run, then the colleague puts a link to the runner's private
     folder at the store's name (the store moved aside, or a link where none was yet) and drops a
@@ -234,8 +234,10 @@ def test_a_run_killed_at_any_instant_then_planted_reruns_safely(share, instant):
     proc.wait()
     plant = subprocess.run(["setpriv", f"--reuid={USER}", f"--regid={GROUP}", "--init-groups", SYSTEM_PYTHON,
                             str(share / "colleague_plant.py"), str(out), str(share / "thesis"), str(share / "lab")],
-                           cwd=share, capture_output=True, text=True, check=True)
+                           cwd=share, capture_output=True, text=True)
+    assert plant.returncode == 0, plant.stderr
     report = json.loads(plant.stdout)
+    assert report["planted"] in ("exchanged", "made"), report
     before, theirs = snapshot(share / "thesis"), (share / "lab" / "colleague-notes.txt").read_text()
     rerun = ingest(share, out)
     assert rerun.returncode == 2, rerun.stderr  # a link someone else made at the output: never written through
