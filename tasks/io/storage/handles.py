@@ -64,8 +64,11 @@ class _Store:
             return fd
         st = os.fstat(fd)
         seen = (self.real, self.carries)
+        # device and inode only tell, within this process and mount, whether this is still the
+        # folder whose content was read before (as open_judged does); that content, the owner id it
+        # carries, is what makes it the run's store, on every node
         if _CHECKED.get(seen) == (st.st_dev, st.st_ino):
-            return fd  # the folder found carrying the id before, in this process (units come and go)
+            return fd
         if self.carries not in carried_ids(fd):
             os.close(fd)
             raise UnsafeOutputError(f"{self.real}: is no longer the store this run writes (it does not carry its "

@@ -51,7 +51,6 @@ class PoolKeeper:
         self.jobs = jobs  # a fixed pool's size; None: adaptive (dask scales it)
         self.log_dir = log_dir
         self.start_timeout = start_timeout  # executor.worker_start_timeout
-        self.replaced = 0  # jobs replaced so far
         self._last = 0.0
         self._seen: set[str] = set()  # members whose worker connected at some point
         self._missing: dict[str, int] = {}  # member -> looks in a row its job was not listed
@@ -63,19 +62,19 @@ class PoolKeeper:
         self._waiting_said = ""
         self._looking = threading.Lock()
 
-    def check(self, force: bool = False) -> None:
+    def check(self) -> None:
         """Replace ended jobs; raise when new jobs cannot start, or when one unit outlives the jobs
         that run it (module doc)."""
         if not self._looking.acquire(blocking=False):
             return  # a step in another thread (for-each datasets share a pool) is looking now
         try:
-            self._check(force)
+            self._check()
         finally:
             self._looking.release()
 
-    def _check(self, force: bool) -> None:
+    def _check(self) -> None:
         now = time.monotonic()
-        if not force and now - self._last < CHECK_EVERY:
+        if now - self._last < CHECK_EVERY:
             return
         self._last = now
         try:
@@ -111,8 +110,9 @@ class PoolKeeper:
         if ended:
             self._replace(ended, connected)
         if states is not None:  # a scheduler that did not answer says nothing about the wait
-            self._no_worker_for_long(connected, {j: st for m, j in jobs.items() if m in self.cluster.worker_spec
-                                                 for st in [states.get(j)] if st is not None}, now)
+            planned = {job_id: states[job_id] for member, job_id in jobs.items()
+                       if member in self.cluster.worker_spec and job_id in states}
+            self._no_worker_for_long(connected, planned, now)
         if self.jobs is not None:
             # every look, not only after a loss: scaling to the size it has does nothing, and a
             # correction dask could not finish at once (a lost job still closing) is tried again
@@ -197,7 +197,6 @@ class PoolKeeper:
         self.cluster.scale(jobs=len(self.cluster.worker_spec) + len(ended))
         for member, _, _ in ended:
             self.cluster.worker_spec.pop(member, None)
-        self.replaced += len(ended)
         log.warning("%s: %d worker job(s) ended (%s); submitting new ones", self.batch.label, len(ended),
                     ", ".join(f"{job_id} {state}" for _, job_id, state in ended))
 
